@@ -1,0 +1,97 @@
+// Command s3gdsfs mounts S3 buckets as a read-only filesystem with fast
+// sequential reads and GPU-direct reads (docs/ for the whole story).
+//
+//	s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
+//	s3gdsfs demo [--once]
+//	s3gdsfs version
+//
+// As a mount helper (fstab type fuse.s3gdsfs) it is called as
+// "s3gdsfs SOURCE MOUNTPOINT -o options" and goes to the background once the
+// mount is ready.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/debug"
+)
+
+// exit codes: 2 for bad usage, 1 for everything that failed at run time.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		usage()
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "mount":
+		err = runMount(args[1:], false)
+	case "demo":
+		err = runDemo(args[1:])
+	case "version", "--version", "-version":
+		fmt.Println("s3gdsfs", version())
+		return 0
+	case "help", "-h", "--help":
+		usage()
+		return 0
+	default:
+		// The mount helper form: s3gdsfs SOURCE MOUNTPOINT -o opts.
+		if len(args) >= 2 && args[0] != "" && args[0][0] != '-' {
+			err = runMount(args, true)
+			break
+		}
+		fmt.Fprintf(os.Stderr, "s3gdsfs: unknown command %q\n", args[0])
+		usage()
+		return exitUsage
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "s3gdsfs: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintf(os.Stderr, "s3gdsfs: %v\n", err)
+	return exitFailure
+}
+
+// usageError is a mistake in the command line.
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
+  s3gdsfs demo [--once] [--mountpoint DIR]
+  s3gdsfs version
+  s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab)
+
+'s3gdsfs mount --help' lists the flags; README.md and docs/operations.md explain them.
+`)
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return "0.1.0+" + s.Value[:12]
+			}
+		}
+	}
+	return "0.1.0"
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "s3gdsfs-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "s3gdsfs")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCLI runs the command with a hard bound: a hang is a failure.
+func runCLI(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("s3gdsfs %v did not finish within 60s", args)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code, stdout.String(), stderr.String()}
+}
+
+func credsEnv(srv *testenv.Server) []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey, "AWS_REGION=" + srv.Region}
+}
+
+func TestBadCommandLinesNameTheProblem(t *testing.T) {
+	mp := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mount", "--bogus", mp}, "-bogus"},
+		{[]string{"mount", mp}, "--endpoint"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--memory-limit", "12XB", mp}, "memory-limit"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "colour=blue", mp}, "colour"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--file-mode", "999", mp}, "file-mode"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--log-level", "loud", mp}, "--log-level"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1"}, "MOUNTPOINT"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--bucket", "/x", mp}, "--bucket"},
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		r := runCLI(t, nil, c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("s3gdsfs %v: exit %d, stderr %q; want exit %d and a message naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		}
+	}
+}
+
+func TestStartupFailuresAreClearAndQuick(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp := t.TempDir()
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"missing bucket", credsEnv(srv), []string{"mount", "--endpoint", srv.Endpoint, "--bucket", "nope", "--metrics-addr", "off", mp}, `bucket "nope" does not exist`},
+		{"wrong credentials", []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=wrong-secret-value", "AWS_REGION=us-east-1"},
+			[]string{"mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp}, "access denied"},
+		{"unreachable endpoint", credsEnv(srv), []string{"mount", "--endpoint", "http://127.0.0.1:1", "--bucket", "data", "--metrics-addr", "off", mp}, "cannot reach endpoint"},
+		{"mountpoint missing", credsEnv(srv), []string{"mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", filepath.Join(mp, "absent")}, "mountpoint"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCLI(t, c.env, c.args...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, exitFailure, c.want)
+			}
+			if strings.Contains(r.stderr, srv.SecretKey) || strings.Contains(r.stderr, "wrong-secret-value") {
+				t.Fatal("a secret key appeared in the output")
+			}
+		})
+	}
+}
+
+func isMounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestMountServesUntilSIGINTThenUnmounts(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "dir/hello.txt", []byte("hello\n"))
+	mp := t.TempDir()
+	cmd := exec.Command(binary, "mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "127.0.0.1:0", mp)
+	cmd.Env = append(os.Environ(), credsEnv(srv)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mp, syscall.MNT_DETACH) })
+	waitFor(t, "the mount", func() bool { return isMounted(t, mp) })
+	got, err := os.ReadFile(filepath.Join(mp, "dir", "hello.txt"))
+	if err != nil || string(got) != "hello\n" {
+		t.Fatalf("read through the mount: %q %v", got, err)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGINT: %v; stderr: %s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit within 30s of SIGINT")
+	}
+	if isMounted(t, mp) {
+		t.Fatal("still mounted after SIGINT")
+	}
+	if strings.Contains(stderr.String(), srv.SecretKey) {
+		t.Fatal("the secret key appeared in the log")
+	}
+}
+
+func TestMountHelperFormGoesToBackground(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "a.txt", []byte("fstab\n"))
+	mp := t.TempDir()
+	// As mount.fuse3 calls it for: data  MP  fuse.s3gdsfs  _netdev,endpoint=...  0 0
+	r := runCLI(t, credsEnv(srv), "data", mp, "-o", "rw,_netdev,nofail,endpoint="+srv.Endpoint+",metrics_addr=off,meta_ttl=5s")
+	if r.code != 0 {
+		t.Fatalf("helper form: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Cleanup(func() { syscall.Unmount(mp, syscall.MNT_DETACH) })
+	got, err := os.ReadFile(filepath.Join(mp, "a.txt"))
+	if err != nil || string(got) != "fstab\n" {
+		t.Fatalf("read: %q %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(mp, "b.txt"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write with -o rw: %v, want EROFS (the mount is read-only)", err)
+	}
+	if err := syscall.Unmount(mp, 0); err != nil {
+		t.Fatalf("umount: %v", err)
+	}
+}
+
+func TestDemoRunsEndToEnd(t *testing.T) {
+	testenv.RequireFUSE(t)
+	r := runCLI(t, nil, "demo", "--once", "--big-size", "24MiB", "--metrics-addr", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"byte-exact", "s3gdsfs_posix_read_bytes_total", "models/checkpoint.bin"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout+r.stderr, demoSecret) {
+		t.Error("the demo printed its secret key")
+	}
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
+)
+
+// mountFlags are the mount command's settings; each can also be given as
+// -o name=value (fstab).
+type mountFlags struct {
+	endpoint, bucket, region, caBundle string
+	virtualHost                        bool
+	uid, gid                           uint
+	fileMode, dirMode                  modeFlag
+	allowOther                         bool
+	memoryLimit, cacheSize             sizeFlag
+	blockSize, partSize                sizeFlag
+	initialWindow, maxWindow           sizeFlag
+	metaTTL, negativeTTL               time.Duration
+	connectTimeout, readTimeout        time.Duration
+	retries                            int
+	metricsAddr                        string
+	logLevel, logFile                  string
+	foreground                         bool
+	debugFUSE                          bool
+}
+
+func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
+	fs.StringVar(&mf.endpoint, "endpoint", os.Getenv("AWS_ENDPOINT_URL"), "S3 endpoint URL, http(s)://host[:port] (default $AWS_ENDPOINT_URL)")
+	fs.StringVar(&mf.bucket, "bucket", "", "mount one bucket, or NAME/PREFIX for a prefix of it; empty mounts every bucket the credentials can list")
+	fs.StringVar(&mf.region, "region", envOr("AWS_REGION", "us-east-1"), "S3 region (default $AWS_REGION or us-east-1)")
+	fs.StringVar(&mf.caBundle, "ca-bundle", "", "PEM file of CA certificates trusted beside the system store, for https endpoints")
+	fs.BoolVar(&mf.virtualHost, "virtual-host", false, "virtual-hosted-style addressing (bucket.host); path-style is the default")
+	fs.UintVar(&mf.uid, "uid", uint(os.Getuid()), "owner of every file and directory")
+	fs.UintVar(&mf.gid, "gid", uint(os.Getgid()), "group of every file and directory")
+	mf.fileMode, mf.dirMode = 0o444, 0o555
+	fs.Var(&mf.fileMode, "file-mode", "permission bits of files (octal)")
+	fs.Var(&mf.dirMode, "dir-mode", "permission bits of directories (octal)")
+	fs.BoolVar(&mf.allowOther, "allow-other", false, "let other users use the mount (modes still apply; see docs/operations.md)")
+	mf.memoryLimit, mf.cacheSize = vfs.DefaultMemoryLimit, vfs.DefaultCacheSize
+	mf.blockSize, mf.partSize = vfs.DefaultBlockSize, vfs.DefaultPartSize
+	mf.initialWindow, mf.maxWindow = vfs.DefaultInitialWindow, vfs.DefaultMaxWindow
+	fs.Var(&mf.memoryLimit, "memory-limit", "all block memory: prefetch buffers and cache")
+	fs.Var(&mf.cacheSize, "cache-size", "block cache, part of --memory-limit")
+	fs.Var(&mf.blockSize, "block-size", "unit of caching and of random reads")
+	fs.Var(&mf.partSize, "part-size", "bytes per ranged GET of a sequential reader")
+	fs.Var(&mf.initialWindow, "initial-window", "first prefetch window of a sequential reader")
+	fs.Var(&mf.maxWindow, "max-window", "largest prefetch window per open file")
+	fs.DurationVar(&mf.metaTTL, "meta-ttl", vfs.DefaultMetaTTL, "how long names and sizes are cached")
+	fs.DurationVar(&mf.negativeTTL, "negative-ttl", vfs.DefaultNegativeTTL, "how long a missing name is cached")
+	fs.DurationVar(&mf.connectTimeout, "connect-timeout", 5*time.Second, "bound on connecting to the endpoint")
+	fs.DurationVar(&mf.readTimeout, "read-timeout", vfs.DefaultReadTimeout, "a ranged GET that makes no progress this long is retried, then fails with EIO")
+	fs.IntVar(&mf.retries, "retries", vfs.DefaultRetries, "times a failed ranged GET is sent again")
+	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
+	fs.StringVar(&mf.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
+	fs.BoolVar(&mf.foreground, "foreground", true, "stay in the foreground (the mount helper form goes to the background unless -o foreground)")
+	fs.BoolVar(&mf.debugFUSE, "debug-fuse", false, "log every FUSE request")
+	return fs
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseMountArgs reads flags and positional arguments in any order, and
+// -o key=value,... options.
+func parseMountArgs(args []string, helperForm bool) (mountFlags, []string, error) {
+	var mf mountFlags
+	fs := newMountFlagSet(&mf)
+	fs.SetOutput(io.Discard)
+	var opts []string
+	var positional []string
+	for {
+		// "-o" is not a flag of the set: pull it out first.
+		var rest []string
+		for i := 0; i < len(args); i++ {
+			if args[i] == "-o" {
+				if i+1 >= len(args) {
+					return mf, nil, usagef("-o needs key=value,... after it")
+				}
+				opts = append(opts, args[i+1])
+				i++
+				continue
+			}
+			rest = append(rest, args[i])
+		}
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(os.Stderr)
+				fmt.Fprintln(os.Stderr, "usage: s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT")
+				fs.PrintDefaults()
+				return mf, nil, err
+			}
+			return mf, nil, usageError{err}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if helperForm {
+		// mount.fuse3 runs "s3gdsfs SOURCE MOUNTPOINT -o opts"; SOURCE may
+		// name the bucket.
+		mf.foreground = false
+	}
+	for _, o := range opts {
+		if err := applyOptions(fs, &mf, o); err != nil {
+			return mf, nil, err
+		}
+	}
+	if helperForm && len(positional) == 2 {
+		if src := positional[0]; src != "s3gdsfs" && src != "none" && mf.bucket == "" {
+			mf.bucket = src
+		}
+		positional = positional[1:]
+	}
+	return mf, positional, nil
+}
+
+// fstabNoise are options mount(8) and systemd pass that mean nothing here.
+// "rw" is among them because mount(8) adds it by default; the mount is
+// read-only whatever it says.
+var fstabNoise = map[string]bool{
+	"defaults": true, "rw": true, "ro": true, "auto": true, "noauto": true, "user": true, "nouser": true,
+	"users": true, "nofail": true, "_netdev": true, "exec": true, "noexec": true, "suid": true,
+	"nosuid": true, "dev": true, "nodev": true, "async": true, "atime": true, "noatime": true,
+	"relatime": true, "nodiratime": true,
+}
+
+func applyOptions(fs *flag.FlagSet, mf *mountFlags, list string) error {
+	for _, kv := range strings.Split(list, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" || fstabNoise[kv] || strings.HasPrefix(kv, "x-") || strings.HasPrefix(kv, "comment=") {
+			continue
+		}
+		key, value, hasValue := strings.Cut(kv, "=")
+		key = strings.ReplaceAll(key, "_", "-")
+		f := fs.Lookup(key)
+		if f == nil {
+			return usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", kv)
+		}
+		if !hasValue {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				value = "true"
+			} else {
+				return usagef("-o %s: needs a value (%s=...)", key, key)
+			}
+		}
+		if err := fs.Set(key, value); err != nil {
+			return usagef("-o %s: %v", kv, err)
+		}
+	}
+	return nil
+}
+
+func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config, error) {
+	if mf.endpoint == "" {
+		return daemon.Config{}, usagef("--endpoint is required (or set AWS_ENDPOINT_URL)")
+	}
+	bucket, prefix, _ := strings.Cut(mf.bucket, "/")
+	if mf.bucket != "" && bucket == "" {
+		return daemon.Config{}, usagef("--bucket %q: starts with '/'; write NAME or NAME/PREFIX", mf.bucket)
+	}
+	if strings.Contains(prefix, "//") {
+		return daemon.Config{}, usagef("--bucket %q: the prefix has an empty segment", mf.bucket)
+	}
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	if mf.fileMode&^0o7777 != 0 || mf.dirMode&^0o7777 != 0 {
+		return daemon.Config{}, usagef("--file-mode/--dir-mode: permission bits only")
+	}
+	if mf.retries < 0 {
+		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
+	}
+	metrics := mf.metricsAddr
+	if metrics == "off" {
+		metrics = ""
+	}
+	return daemon.Config{
+		Mountpoint: mountpoint,
+		S3: objstore.Config{
+			Endpoint:       mf.endpoint,
+			Region:         mf.region,
+			CABundle:       mf.caBundle,
+			VirtualHost:    mf.virtualHost,
+			ConnectTimeout: mf.connectTimeout,
+		},
+		Core: vfs.Config{
+			Bucket:        bucket,
+			Prefix:        prefix,
+			MetaTTL:       mf.metaTTL,
+			NegativeTTL:   mf.negativeTTL,
+			BlockSize:     int(mf.blockSize),
+			PartSize:      int64(mf.partSize),
+			InitialWindow: int64(mf.initialWindow),
+			MaxWindow:     int64(mf.maxWindow),
+			MemoryLimit:   int64(mf.memoryLimit),
+			CacheSize:     int64(mf.cacheSize),
+			ReadTimeout:   mf.readTimeout,
+			Retries:       retriesSetting(mf.retries),
+		},
+		FS: s3fs.Options{
+			UID: uint32(mf.uid), GID: uint32(mf.gid),
+			FileMode: uint32(mf.fileMode), DirMode: uint32(mf.dirMode),
+			AllowOther: mf.allowOther,
+			FsName:     "s3gdsfs:" + mf.bucket,
+			Debug:      mf.debugFUSE,
+		},
+		MetricsAddr:  metrics,
+		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
+		Log:          log,
+	}, nil
+}
+
+// retriesSetting maps --retries 0 onto the core's "none" (a negative count),
+// since the core reads 0 as "default".
+func retriesSetting(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func newLogger(level, file string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	var w io.Writer = os.Stderr
+	if file != "" {
+		f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("--log-file: %w", err)
+		}
+		w = f
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), nil
+}
+
+// readyFDEnv names the pipe on which a background child says it mounted.
+const readyFDEnv = "S3GDSFS_READY_FD"
+
+func runMount(args []string, helperForm bool) error {
+	mf, positional, err := parseMountArgs(args, helperForm)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 1 {
+		return usagef("want exactly one MOUNTPOINT after the flags, got %d arguments: %q", len(positional), positional)
+	}
+	mountpoint := positional[0]
+	log, err := newLogger(mf.logLevel, mf.logFile)
+	if err != nil {
+		return err
+	}
+	cfg, err := mf.config(mountpoint, log)
+	if err != nil {
+		return err
+	}
+	if !mf.foreground && os.Getenv(readyFDEnv) == "" {
+		return startInBackground(args)
+	}
+	d, err := daemon.Start(cfg)
+	ready := readyPipe()
+	if err != nil {
+		if ready != nil {
+			fmt.Fprintln(ready, err)
+		}
+		return err
+	}
+	if ready != nil {
+		fmt.Fprintln(ready, "ok")
+		ready.Close()
+	}
+	return serveUntilSignal(d, log)
+}
+
+func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	go func() { d.Wait(); close(done) }()
+	select {
+	case <-done:
+		log.Info("unmounted from outside")
+		return nil
+	case s := <-sigs:
+		log.Info("unmounting", "signal", s.String())
+	}
+	if err := d.Unmount(); err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+func readyPipe() *os.File {
+	if os.Getenv(readyFDEnv) == "" {
+		return nil
+	}
+	return os.NewFile(3, "ready")
+}
+
+// startInBackground re-runs the command detached from the terminal and
+// returns once the child reports the mount ready, or its error.
+func startInBackground(args []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), readyFDEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSpace(line)
+	if line == "ok" {
+		return cmd.Process.Release()
+	}
+	cmd.Wait()
+	if line == "" {
+		line = "the background mount exited before it was ready (use --log-file to see why)"
+	}
+	return errors.New(line)
+}

@@ -1,0 +1,202 @@
+// Package daemon wires the rooms together: the S3 client, the core, the
+// FUSE mount and the metrics endpoint. The command, the demo and the
+// integration tests all start a mount through it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
+)
+
+// Config is everything a mount needs.
+type Config struct {
+	Mountpoint string
+	S3         objstore.Config
+	Core       vfs.Config
+	FS         s3fs.Options
+	// MetricsAddr is where /metrics listens; "" turns it off.
+	MetricsAddr string
+	// CheckTimeout bounds the start-up check of endpoint, bucket and
+	// credentials.
+	CheckTimeout time.Duration
+	// WrapStore, when set, decorates the S3 client (tests inject faults).
+	WrapStore func(objstore.Store) objstore.Store
+	Log       *slog.Logger
+}
+
+// DefaultMetricsAddr is loopback only: counters name buckets and keys.
+const DefaultMetricsAddr = "127.0.0.1:9737"
+
+// Daemon is a running mount.
+type Daemon struct {
+	cfg     Config
+	Core    *vfs.FS
+	Metrics *metrics.Set
+	server  *fuse.Server
+	http    *http.Server
+	addr    string
+}
+
+// Start checks the endpoint, mounts, and serves metrics. Every failure is
+// reported in words a user can act on.
+func Start(cfg Config) (*Daemon, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if err := checkMountpoint(cfg.Mountpoint); err != nil {
+		return nil, err
+	}
+	raw, err := objstore.NewMinio(cfg.S3)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg}
+	var core *vfs.FS
+	d.Metrics = metrics.New(
+		func() float64 { return float64(core.Blocks().Stats().InUseBytes) },
+		func() float64 { return float64(core.Blocks().Stats().CachedBytes) },
+	)
+	var store objstore.Store = objstore.Metered{Inner: raw, M: d.Metrics}
+	if cfg.WrapStore != nil {
+		store = cfg.WrapStore(store)
+	}
+	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	d.Core = core
+
+	timeout := cfg.CheckTimeout
+	if timeout <= 0 {
+		timeout = 20 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err = core.Check(ctx)
+	cancel()
+	if err != nil {
+		return nil, explainCheck(err, cfg)
+	}
+
+	if cfg.MetricsAddr != "" {
+		if err := d.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+	}
+	d.server, err = s3fs.Mount(cfg.Mountpoint, core, d.Metrics, cfg.FS)
+	if err != nil {
+		d.closeHTTP()
+		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	if err := d.server.WaitMount(); err != nil {
+		d.closeHTTP()
+		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
+		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr)
+	return d, nil
+}
+
+// MetricsAddr is the address /metrics listens on ("" when off).
+func (d *Daemon) MetricsAddr() string { return d.addr }
+
+// Wait blocks until the mount goes away (Unmount, or fusermount3 -u).
+func (d *Daemon) Wait() {
+	d.server.Wait()
+	d.closeHTTP()
+}
+
+// Unmount detaches the mount, retrying while it is busy and finally
+// detaching lazily so a shutdown never hangs on an open file.
+func (d *Daemon) Unmount() error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = d.server.Unmount(); err == nil {
+			return nil
+		}
+		d.cfg.Log.Warn("unmount failed, retrying", "mountpoint", d.cfg.Mountpoint, "err", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if lerr := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH); lerr == nil {
+		d.cfg.Log.Warn("mount was busy: detached lazily", "mountpoint", d.cfg.Mountpoint)
+		return nil
+	}
+	return fmt.Errorf("unmount %s: %w", d.cfg.Mountpoint, err)
+}
+
+func (d *Daemon) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	d.addr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
+	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go d.http.Serve(ln)
+	return nil
+}
+
+func (d *Daemon) closeHTTP() {
+	if d.http != nil {
+		d.http.Close()
+	}
+}
+
+func checkMountpoint(dir string) error {
+	if dir == "" {
+		return errors.New("no mountpoint given")
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		var en syscall.Errno
+		if errors.As(err, &en) && en == syscall.ENOTCONN {
+			return fmt.Errorf("mountpoint %s: a dead FUSE mount is there; run: fusermount3 -u %s", dir, dir)
+		}
+		return fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mountpoint %s: not a directory", dir)
+	}
+	return nil
+}
+
+// explainCheck turns the start-up check's failure into advice.
+func explainCheck(err error, cfg Config) error {
+	ep := cfg.S3.Endpoint
+	switch {
+	case errors.Is(err, objstore.ErrNoBucket):
+		return fmt.Errorf("bucket %q does not exist at %s (--bucket)", cfg.Core.Bucket, ep)
+	case errors.Is(err, objstore.ErrAccessDenied):
+		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("endpoint %s did not answer within %s (--endpoint, --connect-timeout): %v", ep, cfg.CheckTimeout, err)
+	}
+	var nerr net.Error
+	var oerr *net.OpError
+	if errors.As(err, &oerr) || errors.As(err, &nerr) || strings.Contains(err.Error(), "connection refused") {
+		return fmt.Errorf("cannot reach endpoint %s (--endpoint): %v", ep, err)
+	}
+	return fmt.Errorf("start-up check against %s failed: %v", ep, err)
+}
+
+// StaticCredentials is for the demo and tests, which hold their own keys.
+func StaticCredentials(access, secret string) *credentials.Credentials {
+	return credentials.NewStaticV4(access, secret, "")
+}

@@ -1,0 +1,312 @@
+// Package fs adapts the vfs core to go-fuse. It stays thin: attributes,
+// handles, errno mapping and kernel-cache hints; every decision about S3
+// lives in vfs.
+package fs
+
+import (
+	"context"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
+)
+
+// Options are the mount's presentation settings.
+type Options struct {
+	UID, GID   uint32
+	FileMode   uint32 // permission bits of files, e.g. 0444
+	DirMode    uint32 // permission bits of directories, e.g. 0555
+	AllowOther bool   // let users other than the mounting one in (docs/operations.md)
+	FsName     string // shown in /proc/mounts
+	Debug      bool   // log every FUSE request
+}
+
+// mount is state shared by every node of one mount.
+type mount struct {
+	core    *vfs.FS
+	m       *metrics.Set
+	opts    Options
+	started time.Time
+}
+
+// MaxRead is the largest read the kernel sends: 1 MiB, the most Linux allows.
+const MaxRead = 1 << 20
+
+// Mount serves core at mountpoint until the returned server is unmounted.
+func Mount(mountpoint string, core *vfs.FS, m *metrics.Set, opts Options) (*fuse.Server, error) {
+	if opts.FileMode == 0 {
+		opts.FileMode = 0o444
+	}
+	if opts.DirMode == 0 {
+		opts.DirMode = 0o555
+	}
+	if opts.FsName == "" {
+		opts.FsName = "s3gdsfs"
+	}
+	mt := &mount{core: core, m: m, opts: opts, started: time.Now()}
+	cfg := core.Config()
+	entryTTL, negTTL := cfg.MetaTTL, cfg.NegativeTTL
+	root := &dirNode{mount: mt, entry: core.Root()}
+	fopts := &gofs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:       opts.FsName,
+			Name:         "s3gdsfs",
+			AllowOther:   opts.AllowOther,
+			MaxWrite:     MaxRead,
+			MaxReadAhead: MaxRead,
+			// More parallel reads from the kernel's readahead.
+			MaxBackground: 64,
+			// The kernel checks modes and ownership itself, so AllowOther
+			// never lets a user read what the modes forbid.
+			Options:     []string{"ro", "default_permissions"},
+			DirectMount: true,
+			Debug:       opts.Debug,
+		},
+		EntryTimeout:    &entryTTL,
+		AttrTimeout:     &entryTTL,
+		NegativeTimeout: &negTTL,
+		UID:             opts.UID,
+		GID:             opts.GID,
+		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: syscall.S_IFDIR},
+	}
+	return gofs.Mount(mountpoint, root, fopts)
+}
+
+// dirNode is a bucket, a prefix, or the top of a mount of every bucket.
+type dirNode struct {
+	gofs.Inode
+	mount *mount
+	entry vfs.Entry
+}
+
+var (
+	_ gofs.NodeLookuper    = (*dirNode)(nil)
+	_ gofs.NodeReaddirer   = (*dirNode)(nil)
+	_ gofs.NodeGetattrer   = (*dirNode)(nil)
+	_ gofs.NodeStatfser    = (*dirNode)(nil)
+	_ gofs.NodeGetxattrer  = (*dirNode)(nil)
+	_ gofs.NodeListxattrer = (*dirNode)(nil)
+)
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	e, err := d.mount.core.Lookup(ctx, d.entry, name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	// The kernel may already know this name: go-fuse keeps the inode it
+	// registered first, so refresh that one with what S3 says now.
+	if known := d.GetChild(name); known != nil && known.StableAttr().Ino == e.Ino() {
+		switch n := known.Operations().(type) {
+		case *fileNode:
+			n.setEntry(e)
+			n.fillAttr(&out.Attr)
+			return known, 0
+		case *dirNode:
+			d.mount.fillDirAttr(&out.Attr)
+			return known, 0
+		}
+	}
+	if e.Dir {
+		d.mount.fillDirAttr(&out.Attr)
+		return d.NewInode(ctx, &dirNode{mount: d.mount, entry: e}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: e.Ino()}), 0
+	}
+	f := &fileNode{mount: d.mount, entry: e}
+	f.fillAttr(&out.Attr)
+	return d.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: e.Ino()}), 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return &dirStream{r: d.mount.core.ReadDir(d.entry)}, 0
+}
+
+func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.mount.fillDirAttr(&out.Attr)
+	return 0
+}
+
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	// An object store has no fixed capacity; report a large, empty, read-only
+	// filesystem so tools that check free space do not refuse to run.
+	const blocks = 1 << 40
+	out.Bsize = MaxRead
+	out.Frsize = MaxRead
+	out.Blocks = blocks
+	out.NameLen = 255
+	out.Files = 1 << 40
+	return 0
+}
+
+func (m *mount) fillDirAttr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFDIR | m.opts.DirMode
+	a.Nlink = 2
+	a.Owner = fuse.Owner{Uid: m.opts.UID, Gid: m.opts.GID}
+	a.SetTimes(nil, &m.started, &m.started)
+}
+
+// fileNode is one object.
+type fileNode struct {
+	gofs.Inode
+	mount *mount
+
+	mu    sync.Mutex
+	entry vfs.Entry
+	// cachedVersion is the version whose bytes the kernel's page cache may
+	// hold for this inode: reopening the same version keeps them.
+	cachedVersion string
+}
+
+var (
+	_ gofs.NodeOpener      = (*fileNode)(nil)
+	_ gofs.NodeGetattrer   = (*fileNode)(nil)
+	_ gofs.NodeGetxattrer  = (*fileNode)(nil)
+	_ gofs.NodeListxattrer = (*fileNode)(nil)
+)
+
+func (f *fileNode) setEntry(e vfs.Entry) {
+	f.mu.Lock()
+	f.entry = e
+	f.mu.Unlock()
+}
+
+func (f *fileNode) getEntry() vfs.Entry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.entry
+}
+
+func (f *fileNode) fillAttr(a *fuse.Attr) {
+	e := f.getEntry()
+	a.Mode = syscall.S_IFREG | f.mount.opts.FileMode
+	a.Nlink = 1
+	a.Size = uint64(e.Version.Size)
+	a.Blocks = (a.Size + 511) / 512
+	// A large preferred I/O size makes cp, cat and Python read in big chunks.
+	a.Blksize = MaxRead
+	a.Owner = fuse.Owner{Uid: f.mount.opts.UID, Gid: f.mount.opts.GID}
+	mt := e.Version.LastModified
+	a.SetTimes(&mt, &mt, &mt)
+}
+
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.fillAttr(&out.Attr)
+	return 0
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	e := f.getEntry()
+	h, err := f.mount.core.Open(e)
+	if err != nil {
+		return nil, 0, errno(err)
+	}
+	var fuseFlags uint32
+	f.mu.Lock()
+	if f.cachedVersion == e.Version.ID() {
+		fuseFlags |= fuse.FOPEN_KEEP_CACHE
+	}
+	f.cachedVersion = e.Version.ID()
+	f.mu.Unlock()
+	return &fileHandle{mount: f.mount, node: f, h: h}, fuseFlags, 0
+}
+
+// fileHandle is one open of a file.
+type fileHandle struct {
+	mount *mount
+	node  *fileNode
+	h     *vfs.Handle
+}
+
+var (
+	_ gofs.FileReader   = (*fileHandle)(nil)
+	_ gofs.FileReleaser = (*fileHandle)(nil)
+)
+
+func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	start := time.Now()
+	n, err := fh.h.ReadAt(ctx, dest, off)
+	fh.mount.m.PosixReads.Inc()
+	fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		en := errno(err)
+		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
+		if en == syscall.ESTALE {
+			// Forget the version so the next open sees the new object.
+			fh.node.mu.Lock()
+			fh.node.cachedVersion = ""
+			fh.node.mu.Unlock()
+		}
+		return nil, en
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
+	fh.h.Close()
+	return 0
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.ESTALE:
+		return "ESTALE"
+	case syscall.EINTR:
+		return "EINTR"
+	case syscall.ENOMEM:
+		return "ENOMEM"
+	}
+	return "EIO"
+}
+
+// dirStream feeds the kernel one listing page at a time.
+type dirStream struct {
+	r    *vfs.DirReader
+	buf  []vfs.Entry
+	err  error
+	done bool
+}
+
+func (s *dirStream) HasNext() bool {
+	for len(s.buf) == 0 && !s.done && s.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		batch, err := s.r.Next(ctx)
+		cancel()
+		s.buf, s.err = batch, err
+		if err == nil && len(batch) == 0 {
+			s.done = true
+		}
+	}
+	return len(s.buf) > 0 || s.err != nil
+}
+
+func (s *dirStream) Next() (fuse.DirEntry, syscall.Errno) {
+	if len(s.buf) == 0 {
+		err := s.err
+		s.err = nil
+		s.done = true
+		return fuse.DirEntry{}, errno(err)
+	}
+	e := s.buf[0]
+	s.buf = s.buf[1:]
+	mode := uint32(syscall.S_IFREG)
+	if e.Dir {
+		mode = syscall.S_IFDIR
+	}
+	return fuse.DirEntry{Name: e.Name, Mode: mode, Ino: e.Ino()}, 0
+}
+
+func (s *dirStream) Close() {}
+
+// hostname is reported in stats so a dashboard can tell daemons apart.
+var hostname, _ = os.Hostname()

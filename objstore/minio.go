@@ -1,0 +1,329 @@
+package objstore
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Config says how to reach the object store.
+type Config struct {
+	Endpoint string // URL: http(s)://host[:port]
+	Region   string
+	// CABundle is a PEM file of extra CAs trusted beside the system store.
+	CABundle string
+	// VirtualHost selects virtual-hosted addressing; custom endpoints default
+	// to path-style, which every S3-compatible server speaks.
+	VirtualHost bool
+	// Credentials; nil means the standard chain (DefaultCredentials).
+	Credentials *credentials.Credentials
+	// ConnectTimeout bounds dialing; ResponseTimeout bounds waiting for
+	// response headers. Both keep an unreachable endpoint from hanging a read.
+	ConnectTimeout  time.Duration
+	ResponseTimeout time.Duration
+	// MaxConns bounds connections kept open to the endpoint.
+	MaxConns int
+	// MaxRetries is minio-go's retry count for failed requests (1 = no retry).
+	MaxRetries int
+}
+
+// DefaultCredentials is the standard chain: AWS_ACCESS_KEY_ID /
+// AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, then ~/.aws/credentials (with
+// AWS_PROFILE), then the instance metadata service.
+func DefaultCredentials() *credentials.Credentials {
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{Client: &http.Client{Timeout: 3 * time.Second}},
+	})
+}
+
+// Minio is the Store over minio-go.
+type Minio struct {
+	core *minio.Core
+}
+
+// NewMinio builds the client; it sends nothing until first used.
+func NewMinio(cfg Config) (*Minio, error) {
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("endpoint %q: want http://host[:port] or https://host[:port]", cfg.Endpoint)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("endpoint %q: a path is not allowed; name the bucket with --bucket", cfg.Endpoint)
+	}
+	transport, err := newTransport(cfg, u.Scheme == "https")
+	if err != nil {
+		return nil, err
+	}
+	creds := cfg.Credentials
+	if creds == nil {
+		creds = DefaultCredentials()
+	}
+	lookup := minio.BucketLookupPath
+	if cfg.VirtualHost {
+		lookup = minio.BucketLookupDNS
+	}
+	retries := cfg.MaxRetries
+	if retries <= 0 {
+		retries = 3
+	}
+	core, err := minio.NewCore(u.Host, &minio.Options{
+		Creds:        creds,
+		Secure:       u.Scheme == "https",
+		Transport:    transport,
+		Region:       cfg.Region,
+		BucketLookup: lookup,
+		MaxRetries:   retries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
+	}
+	return &Minio{core: core}, nil
+}
+
+func newTransport(cfg Config, secure bool) (*http.Transport, error) {
+	connect := cfg.ConnectTimeout
+	if connect <= 0 {
+		connect = 5 * time.Second
+	}
+	respond := cfg.ResponseTimeout
+	if respond <= 0 {
+		respond = 30 * time.Second
+	}
+	maxConns := cfg.MaxConns
+	if maxConns <= 0 {
+		maxConns = 256
+	}
+	t := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          maxConns,
+		MaxIdleConnsPerHost:   maxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   connect,
+		ResponseHeaderTimeout: respond,
+		ExpectContinueTimeout: time.Second,
+		// Object bytes are already compressed or binary; gzip would cost CPU
+		// and break ranged reads on some servers.
+		DisableCompression: true,
+		// Large socket reads: fewer syscalls per GB.
+		ReadBufferSize: 256 << 10,
+	}
+	if secure {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if cfg.CABundle != "" {
+			pem, err := os.ReadFile(cfg.CABundle)
+			if err != nil {
+				return nil, fmt.Errorf("--ca-bundle: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca-bundle %s: no PEM certificates found", cfg.CABundle)
+			}
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return t, nil
+}
+
+// ListBuckets implements Store.
+func (m *Minio) ListBuckets(ctx context.Context) ([]string, error) {
+	infos, err := m.core.ListBuckets(ctx)
+	if err != nil {
+		return nil, classify(err, "", "")
+	}
+	names := make([]string, 0, len(infos))
+	for _, b := range infos {
+		names = append(names, b.Name)
+	}
+	return names, nil
+}
+
+// CheckBucket implements Store. It lists one key, which proves both that the
+// bucket exists and that the credentials may read it.
+func (m *Minio) CheckBucket(ctx context.Context, bucket string) error {
+	_, err := m.List(ctx, bucket, "", "", 1)
+	return err
+}
+
+// Stat implements Store.
+func (m *Minio) Stat(ctx context.Context, bucket, key string) (Object, error) {
+	info, err := m.core.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return Object{}, classify(err, bucket, key)
+	}
+	return Object{Key: key, Version: Version{ETag: cleanETag(info.ETag), Size: info.Size, LastModified: info.LastModified}}, nil
+}
+
+// List implements Store.
+func (m *Minio) List(ctx context.Context, bucket, prefix, continuation string, maxKeys int) (Page, error) {
+	if maxKeys <= 0 {
+		maxKeys = 1000
+	}
+	// Core's listing takes no context; honour cancellation before sending.
+	if err := ctx.Err(); err != nil {
+		return Page{}, err
+	}
+	res, err := m.core.ListObjectsV2(bucket, prefix, "", continuation, "/", maxKeys)
+	if err != nil {
+		return Page{}, classify(err, bucket, prefix)
+	}
+	page := Page{Objects: make([]Object, 0, len(res.Contents))}
+	for _, o := range res.Contents {
+		page.Objects = append(page.Objects, Object{Key: o.Key, Version: Version{ETag: cleanETag(o.ETag), Size: o.Size, LastModified: o.LastModified}})
+	}
+	for _, p := range res.CommonPrefixes {
+		page.Prefixes = append(page.Prefixes, p.Prefix)
+	}
+	if res.IsTruncated {
+		page.Next = res.NextContinuationToken
+		if page.Next == "" {
+			return page, fmt.Errorf("list %s/%s: truncated page without a continuation token", bucket, prefix)
+		}
+	}
+	return page, nil
+}
+
+// GetRange implements Store.
+func (m *Minio) GetRange(ctx context.Context, bucket, key string, off, n int64, v Version) (io.ReadCloser, error) {
+	if n <= 0 || off < 0 {
+		return nil, fmt.Errorf("get %s/%s: bad range offset %d length %d", bucket, key, off, n)
+	}
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(off, off+n-1); err != nil {
+		return nil, err
+	}
+	if v.ETag != "" {
+		if err := opts.SetMatchETag(v.ETag); err != nil {
+			return nil, err
+		}
+	} else if !v.LastModified.IsZero() {
+		if err := opts.SetUnmodified(v.LastModified.Add(time.Second)); err != nil {
+			return nil, err
+		}
+	}
+	body, info, hdr, err := m.core.GetObject(ctx, bucket, key, opts)
+	if err != nil {
+		return nil, classify(err, bucket, key)
+	}
+	// Servers that ignore conditional headers must still not hand us another
+	// version's bytes: check what the reply says it is.
+	if err := checkVersion(v, cleanETag(info.ETag), hdr); err != nil {
+		body.Close()
+		return nil, fmt.Errorf("get %s/%s: %w", bucket, key, err)
+	}
+	if info.Size != n {
+		body.Close()
+		return nil, fmt.Errorf("get %s/%s: asked for %d bytes at %d, server offered %d", bucket, key, n, off, info.Size)
+	}
+	return &exactReader{r: body, left: n}, nil
+}
+
+func checkVersion(v Version, etag string, hdr http.Header) error {
+	if v.ETag != "" && etag != "" && etag != v.ETag {
+		return fmt.Errorf("%w: ETag %q, opened as %q", ErrChanged, etag, v.ETag)
+	}
+	if total, ok := contentRangeTotal(hdr.Get("Content-Range")); ok && total != v.Size {
+		return fmt.Errorf("%w: size %d, opened as %d", ErrChanged, total, v.Size)
+	}
+	if v.ETag == "" && !v.LastModified.IsZero() {
+		if lm, err := http.ParseTime(hdr.Get("Last-Modified")); err == nil && !lm.Equal(v.LastModified.Truncate(time.Second)) {
+			return fmt.Errorf("%w: Last-Modified %s, opened as %s", ErrChanged, lm.UTC(), v.LastModified.UTC())
+		}
+	}
+	return nil
+}
+
+// contentRangeTotal parses the object size out of "bytes a-b/total".
+func contentRangeTotal(s string) (int64, bool) {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 || s[i+1:] == "*" {
+		return 0, false
+	}
+	total, err := strconv.ParseInt(s[i+1:], 10, 64)
+	return total, err == nil
+}
+
+func cleanETag(e string) string { return strings.Trim(e, `"`) }
+
+// exactReader turns a body that ends early into io.ErrUnexpectedEOF, so a
+// truncated reply is never mistaken for the end of the range.
+type exactReader struct {
+	r    io.ReadCloser
+	left int64
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.r.Read(p)
+	e.left -= int64(n)
+	if err == io.EOF && e.left > 0 {
+		return n, io.ErrUnexpectedEOF
+	}
+	if e.left == 0 && err == nil {
+		return n, nil
+	}
+	return n, err
+}
+
+func (e *exactReader) Close() error { return e.r.Close() }
+
+// classify maps a minio-go error onto the package's sentinels, keeping the
+// server's code and message.
+func classify(err error, bucket, key string) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	resp := minio.ToErrorResponse(err)
+	where := bucket
+	if key != "" {
+		where = bucket + "/" + key
+	}
+	var sentinel error
+	switch {
+	case resp.Code == "NoSuchBucket":
+		sentinel = ErrNoBucket
+	case resp.Code == "NoSuchKey" || resp.Code == "NotFound" || resp.StatusCode == http.StatusNotFound:
+		sentinel = ErrNotFound
+	case resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed:
+		sentinel = ErrChanged
+	case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch" ||
+		resp.StatusCode == http.StatusForbidden:
+		sentinel = ErrAccessDenied
+	}
+	if sentinel == nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return fmt.Errorf("%s: %w (%s)", where, sentinel, describe(resp, err))
+}
+
+func describe(resp minio.ErrorResponse, err error) string {
+	if resp.Code == "" {
+		return err.Error()
+	}
+	if resp.Message == "" {
+		return resp.Code
+	}
+	return resp.Code + ": " + resp.Message
+}

@@ -1,0 +1,299 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/cache"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// object is one pinned version of one object, as the read path sees it.
+type object struct {
+	bucket, key string
+	version     objstore.Version
+	id          string // cache.BlockKey.Object: bucket, key and version
+}
+
+func newObject(e Entry) object {
+	return object{bucket: e.Bucket, key: e.Key, version: e.Version,
+		id: e.Bucket + "\x00" + e.Key + "\x00" + e.Version.ID()}
+}
+
+// pending is a block being downloaded. Readers that arrive meanwhile wait on
+// done; the downloader hands each registered waiter its own reference.
+type pending struct {
+	done    chan struct{}
+	blk     *cache.Block
+	err     error
+	waiters int
+}
+
+// fetcher downloads blocks into the shared store, one ranged GET per run of
+// consecutive blocks, and makes concurrent readers of one block share one
+// download.
+type fetcher struct {
+	f        *FS
+	mu       sync.Mutex
+	inflight map[cache.BlockKey]*pending
+}
+
+func newFetcher(f *FS) *fetcher {
+	return &fetcher{f: f, inflight: make(map[cache.BlockKey]*pending)}
+}
+
+func (fe *fetcher) blockCount(o object) int64 {
+	bs := int64(fe.f.cfg.BlockSize)
+	return (o.version.Size + bs - 1) / bs
+}
+
+// get returns block idx of o with a reference for the caller, downloading it
+// if nobody has it.
+func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, error) {
+	key := cache.BlockKey{Object: o.id, Index: idx}
+	if b := fe.f.blocks.Get(key); b != nil {
+		fe.f.m.BlockCacheHits.Inc()
+		return b, nil
+	}
+	fe.mu.Lock()
+	p, ok := fe.inflight[key]
+	if ok {
+		p.waiters++
+		fe.mu.Unlock()
+		fe.f.m.BlockCacheHits.Inc() // already on its way: the prefetcher did its job
+		return fe.wait(ctx, p)
+	}
+	fe.mu.Unlock()
+	fe.f.m.BlockCacheMisses.Inc()
+
+	// A demand read may wait for memory; prefetches never do.
+	blk, err := fe.f.blocks.NewBlock(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	fe.mu.Lock()
+	if p, ok := fe.inflight[key]; ok { // someone started it while we waited
+		p.waiters++
+		fe.mu.Unlock()
+		blk.Release()
+		return fe.wait(ctx, p)
+	}
+	if b := fe.f.blocks.Get(key); b != nil {
+		fe.mu.Unlock()
+		blk.Release()
+		return b, nil
+	}
+	p = &pending{done: make(chan struct{}), waiters: 1}
+	fe.inflight[key] = p
+	fe.mu.Unlock()
+	go fe.download(o, idx, []*cache.Block{blk}, []*pending{p})
+	return fe.wait(ctx, p)
+}
+
+func (fe *fetcher) wait(ctx context.Context, p *pending) (*cache.Block, error) {
+	select {
+	case <-p.done:
+		return p.blk, p.err
+	case <-ctx.Done():
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	select {
+	case <-p.done:
+		// Finished as we gave up: we were handed a reference; give it back.
+		if p.err == nil {
+			p.blk.Release()
+		}
+	default:
+		p.waiters--
+	}
+	return nil, ctx.Err()
+}
+
+// prefetch starts downloads of blocks [from, to) of o that nobody has, in
+// runs of at most one part. It takes memory only if it is free at once, so
+// prefetching never blocks a reader or exceeds the budget.
+func (fe *fetcher) prefetch(o object, from, to int64) {
+	if n := fe.blockCount(o); to > n {
+		to = n
+	}
+	partBlocks := fe.f.cfg.PartSize / int64(fe.f.cfg.BlockSize)
+	for idx := from; idx < to; {
+		run := fe.missingRun(o, idx, min(to, idx+partBlocks))
+		if run == 0 {
+			idx++
+			continue
+		}
+		blks := make([]*cache.Block, 0, run)
+		for range run {
+			b, err := fe.f.blocks.NewBlock(context.Background(), false)
+			if err != nil {
+				break // memory is full: read on demand instead
+			}
+			blks = append(blks, b)
+		}
+		if len(blks) == 0 {
+			return
+		}
+		pends := fe.register(o, idx, blks)
+		if len(pends) > 0 {
+			go fe.download(o, idx, blks[:len(pends)], pends)
+		}
+		for _, b := range blks[len(pends):] {
+			b.Release()
+		}
+		if len(pends) < len(blks) || len(blks) < int(run) {
+			return
+		}
+		idx += run
+	}
+}
+
+// missingRun counts consecutive blocks from idx (below to) that are neither
+// cached nor downloading.
+func (fe *fetcher) missingRun(o object, idx, to int64) int64 {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	var n int64
+	for i := idx; i < to; i++ {
+		key := cache.BlockKey{Object: o.id, Index: i}
+		if _, busy := fe.inflight[key]; busy || fe.f.blocks.Contains(key) {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// register marks blocks from idx as downloading, stopping at the first one
+// that appeared meanwhile.
+func (fe *fetcher) register(o object, idx int64, blks []*cache.Block) []*pending {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	pends := make([]*pending, 0, len(blks))
+	for i := range blks {
+		key := cache.BlockKey{Object: o.id, Index: idx + int64(i)}
+		if _, busy := fe.inflight[key]; busy || fe.f.blocks.Contains(key) {
+			break
+		}
+		p := &pending{done: make(chan struct{})}
+		fe.inflight[key] = p
+		pends = append(pends, p)
+	}
+	return pends
+}
+
+// download fills blks (blocks first, first+1, ...) with one ranged GET,
+// completing each block as soon as its bytes are in, and sends the rest of
+// the range again after a transient failure.
+func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []*pending) {
+	bs := int64(fe.f.cfg.BlockSize)
+	done := 0
+	var err error
+	for attempt := 0; done < len(blks); attempt++ {
+		if attempt > 0 {
+			if attempt > fe.f.cfg.Retries || !objstore.IsRetryable(err) {
+				break
+			}
+			fe.f.m.ReadRetries.Inc()
+			time.Sleep(backoff(attempt))
+		}
+		var n int
+		n, err = fe.fill(o, first+int64(done), blks[done:], pends[done:])
+		done += n
+		if err == nil {
+			break
+		}
+	}
+	if err != nil && done < len(blks) {
+		if errors.Is(err, objstore.ErrChanged) {
+			fe.f.m.ChangedReads.Inc()
+			fe.f.meta.Invalidate(Entry{Bucket: o.bucket, Key: o.key}.Path())
+		}
+		fe.f.log.Warn("ranged GET failed", "bucket", o.bucket, "key", o.key,
+			"offset", (first+int64(done))*bs, "err", err)
+		for i := done; i < len(blks); i++ {
+			fe.complete(o, first+int64(i), blks[i], pends[i], err)
+		}
+	}
+}
+
+// fill reads consecutive blocks from one GET; it returns how many it completed.
+func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pending) (int, error) {
+	bs := int64(fe.f.cfg.BlockSize)
+	off := first * bs
+	end := min(off+int64(len(blks))*bs, o.version.Size)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A stalled body would hang every reader of these blocks: a watchdog
+	// cancels the request when no byte arrives for ReadTimeout.
+	watchdog := time.AfterFunc(fe.f.cfg.ReadTimeout, cancel)
+	defer watchdog.Stop()
+	body, err := fe.f.store.GetRange(ctx, o.bucket, o.key, off, end-off, o.version)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	for i, b := range blks {
+		want := min(bs, end-(off+int64(i)*bs))
+		b.Data = b.Data[:want]
+		if _, err := readFull(body, b.Data, watchdog, fe.f.cfg.ReadTimeout); err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("no data for %s: %w", fe.f.cfg.ReadTimeout, context.DeadlineExceeded)
+			}
+			return i, err
+		}
+		fe.complete(o, first+int64(i), b, pends[i], nil)
+	}
+	return len(blks), nil
+}
+
+// readFull is io.ReadFull that re-arms the stall watchdog after every read.
+func readFull(r io.Reader, p []byte, watchdog *time.Timer, timeout time.Duration) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if m > 0 {
+			watchdog.Reset(timeout)
+		}
+		if err != nil {
+			if err == io.EOF && n < len(p) {
+				err = io.ErrUnexpectedEOF
+			}
+			if n == len(p) {
+				return n, nil
+			}
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func backoff(attempt int) time.Duration {
+	return time.Duration(50<<(2*(attempt-1))) * time.Millisecond // 50, 200, 800 ms
+}
+
+// complete publishes a block (or its error) to its waiters and the cache.
+func (fe *fetcher) complete(o object, idx int64, b *cache.Block, p *pending, err error) {
+	key := cache.BlockKey{Object: o.id, Index: idx}
+	if err == nil {
+		fe.f.blocks.Put(key, b)
+	}
+	fe.mu.Lock()
+	if err == nil {
+		for range p.waiters {
+			b.Retain()
+		}
+		p.blk = b
+	}
+	p.err = err
+	delete(fe.inflight, key)
+	close(p.done)
+	fe.mu.Unlock()
+	b.Release() // the downloader's own reference
+}

@@ -1,0 +1,44 @@
+package vfs
+
+import "strings"
+
+// Reasons a key is not shown, used as the skipped-keys metric label.
+const (
+	skipEmptySegment = "empty_segment"
+	skipDotName      = "dot_name"
+	skipTooLong      = "too_long"
+	skipBadByte      = "bad_byte"
+	skipShadowed     = "shadowed_by_directory"
+)
+
+// maxNameLen is Linux's NAME_MAX.
+const maxNameLen = 255
+
+// nameProblem returns why name cannot be a file name in the mount, or "".
+func nameProblem(name string) string {
+	switch {
+	case name == "":
+		return skipEmptySegment
+	case name == "." || name == "..":
+		return skipDotName
+	case len(name) > maxNameLen:
+		return skipTooLong
+	case strings.ContainsRune(name, 0) || strings.ContainsRune(name, '/'):
+		return skipBadByte
+	}
+	return ""
+}
+
+// childName returns the name a listed key or common prefix shows under the
+// directory prefix dir, and whether it names a directory. ok is false when
+// the key is the directory's own marker object ("dir/").
+func childName(dir, key string) (name string, isDir, ok bool) {
+	rest := strings.TrimPrefix(key, dir)
+	if rest == "" {
+		return "", false, false
+	}
+	if strings.HasSuffix(rest, "/") {
+		return rest[:len(rest)-1], true, true
+	}
+	return rest, false, true
+}

@@ -1,0 +1,316 @@
+// Package vfs is the filesystem's core, independent of FUSE: it maps buckets
+// and keys to directories and files, caches what it learns, and serves reads
+// through per-handle prefetchers and a shared block cache. The fs package
+// adapts it to go-fuse; tests and other front ends can drive it directly.
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/cache"
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// Config tunes the core. Zero values take the defaults below. Each field is
+// the command's flag of the same name, which validation errors name.
+type Config struct {
+	// Bucket limits the mount to one bucket; empty shows every bucket the
+	// credentials can list as a top-level directory.
+	Bucket string
+	// Prefix (within Bucket) becomes the mount's root; "" or ending in '/'.
+	Prefix string
+
+	MetaTTL     time.Duration // positive lookups and listings
+	NegativeTTL time.Duration // names found not to exist
+	MetaEntries int
+
+	BlockSize     int   // unit of caching and of random reads
+	PartSize      int64 // bytes per ranged GET of a sequential stream
+	InitialWindow int64 // first prefetch window: small, so the first byte is quick
+	MaxWindow     int64 // the window doubles up to this per handle
+	MemoryLimit   int64 // all block memory: prefetch and cache
+	CacheSize     int64 // of which the LRU cache may hold at most this
+
+	// ReadTimeout bounds a ranged GET that makes no progress.
+	ReadTimeout time.Duration
+	// Retries is how many times a failed ranged GET is sent again; negative
+	// means never.
+	Retries int
+}
+
+// Defaults chosen for training datasets: objects are written once and read
+// many times, so metadata may be cached for a minute; a missing name is
+// re-checked sooner because datasets are often being uploaded while a job
+// waits for them.
+const (
+	DefaultMetaTTL       = 60 * time.Second
+	DefaultNegativeTTL   = 5 * time.Second
+	DefaultMetaEntries   = 1 << 20
+	DefaultBlockSize     = 1 << 20
+	DefaultPartSize      = 8 << 20
+	DefaultInitialWindow = 1 << 20
+	DefaultMaxWindow     = 128 << 20
+	DefaultMemoryLimit   = 2 << 30
+	DefaultCacheSize     = 1 << 30
+	DefaultReadTimeout   = 30 * time.Second
+	DefaultRetries       = 3
+)
+
+func (c *Config) applyDefaults() error {
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.MetaTTL == 0 {
+		c.MetaTTL = DefaultMetaTTL
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = DefaultNegativeTTL
+	}
+	if c.MetaEntries == 0 {
+		c.MetaEntries = DefaultMetaEntries
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	def(&c.PartSize, DefaultPartSize)
+	def(&c.InitialWindow, DefaultInitialWindow)
+	def(&c.MaxWindow, DefaultMaxWindow)
+	def(&c.MemoryLimit, DefaultMemoryLimit)
+	def(&c.CacheSize, DefaultCacheSize)
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.Retries == 0 {
+		c.Retries = DefaultRetries
+	}
+	if c.Retries < 0 { // asked for none
+		c.Retries = 0
+	}
+	bs := int64(c.BlockSize)
+	switch {
+	case c.BlockSize < 4096:
+		return fmt.Errorf("--block-size %d: at least 4096 bytes", c.BlockSize)
+	case c.PartSize < bs || c.PartSize%bs != 0:
+		return fmt.Errorf("--part-size %d: a multiple of --block-size %d", c.PartSize, bs)
+	case c.InitialWindow < bs:
+		return fmt.Errorf("--initial-window %d: at least one block (%d)", c.InitialWindow, bs)
+	case c.MaxWindow < c.InitialWindow:
+		return fmt.Errorf("--max-window %d: at least --initial-window %d", c.MaxWindow, c.InitialWindow)
+	case c.MemoryLimit < 4*c.PartSize:
+		return fmt.Errorf("--memory-limit %d: at least four parts (%d)", c.MemoryLimit, 4*c.PartSize)
+	case c.CacheSize < 0 || c.CacheSize > c.MemoryLimit:
+		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
+	case c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/"):
+		c.Prefix += "/"
+	}
+	if c.Prefix != "" && c.Bucket == "" {
+		return errors.New("--bucket: a prefix needs a bucket name before it")
+	}
+	return nil
+}
+
+// Entry is one name in the mount: a directory (a bucket, a common prefix or
+// a marker object) or a file (an object).
+type Entry struct {
+	Name   string
+	Dir    bool
+	Bucket string // "" only for the top of a mount of every bucket
+	// Key is the object's key for a file, the prefix (ending in '/', or ""
+	// for a bucket's root) for a directory.
+	Key     string
+	Version objstore.Version // files only
+}
+
+// Path is the entry's place in the store, used as a cache key.
+func (e Entry) Path() string { return e.Bucket + "/" + strings.TrimSuffix(e.Key, "/") }
+
+// Ino is a stable inode number derived from the path, so the kernel sees the
+// same number for the same name across lookups and remounts.
+func (e Entry) Ino() uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(e.Bucket))
+	h.Write([]byte{0})
+	h.Write([]byte(e.Key))
+	if e.Dir {
+		h.Write([]byte{'/'})
+	}
+	if n := h.Sum64(); n > 1 {
+		return n
+	}
+	return 2 // 1 is the root's
+}
+
+// FS is the filesystem core.
+type FS struct {
+	store  objstore.Store
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics.Set
+	meta   *cache.MetaCache[Entry]
+	blocks *cache.Store
+	fetch  *fetcher
+
+	skippedMu sync.Mutex
+	skipped   map[string]struct{} // keys already logged, bounded
+}
+
+// New builds the core. It sends no request: Check does that.
+func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*FS, error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, err
+	}
+	blocks, err := cache.NewStore(cache.StoreConfig{BlockSize: cfg.BlockSize, MemoryLimit: cfg.MemoryLimit, CacheLimit: cfg.CacheSize})
+	if err != nil {
+		return nil, err
+	}
+	f := &FS{
+		store:   store,
+		cfg:     cfg,
+		log:     log,
+		m:       m,
+		meta:    cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
+		blocks:  blocks,
+		skipped: make(map[string]struct{}),
+	}
+	f.fetch = newFetcher(f)
+	m.MemoryLimit.Set(float64(cfg.MemoryLimit))
+	return f, nil
+}
+
+// Blocks exposes the block store for metrics and tests.
+func (f *FS) Blocks() *cache.Store { return f.blocks }
+
+// Config returns the effective configuration, defaults applied.
+func (f *FS) Config() Config { return f.cfg }
+
+// Check proves the configured bucket (or the bucket listing) is reachable
+// with the credentials, so a bad mount fails at start with a clear message.
+func (f *FS) Check(ctx context.Context) error {
+	if f.cfg.Bucket == "" {
+		_, err := f.store.ListBuckets(ctx)
+		return err
+	}
+	return f.store.CheckBucket(ctx, f.cfg.Bucket)
+}
+
+// Root is the mount's top directory.
+func (f *FS) Root() Entry {
+	return Entry{Dir: true, Bucket: f.cfg.Bucket, Key: f.cfg.Prefix}
+}
+
+func (f *FS) isTop(dir Entry) bool { return dir.Bucket == "" }
+
+// Lookup resolves name in dir without listing the whole prefix: a HEAD of
+// the key and a one-key listing of key/ run together. When both exist, the
+// directory wins and the object is hidden (docs/architecture.md).
+func (f *FS) Lookup(ctx context.Context, dir Entry, name string) (Entry, error) {
+	if !dir.Dir {
+		return Entry{}, fmt.Errorf("%s: %w", dir.Path(), ErrNotDir)
+	}
+	if nameProblem(name) != "" {
+		return Entry{}, objstore.ErrNotFound
+	}
+	child := Entry{Name: name, Bucket: dir.Bucket, Key: dir.Key + name}
+	if f.isTop(dir) {
+		child = Entry{Name: name, Dir: true, Bucket: name}
+	}
+	cacheKey := child.Path()
+	if e, exists, ok := f.meta.Lookup(cacheKey); ok {
+		if !exists {
+			f.m.MetaCacheHits.WithLabelValues("negative").Inc()
+			return Entry{}, objstore.ErrNotFound
+		}
+		f.m.MetaCacheHits.WithLabelValues("positive").Inc()
+		return e, nil
+	}
+	f.m.MetaCacheMisses.Inc()
+
+	var e Entry
+	var err error
+	if f.isTop(dir) {
+		e, err = child, f.store.CheckBucket(ctx, name)
+		if errors.Is(err, objstore.ErrNoBucket) {
+			err = objstore.ErrNotFound
+		}
+	} else {
+		e, err = f.resolve(ctx, child)
+	}
+	switch {
+	case err == nil:
+		f.meta.Put(cacheKey, e)
+	case errors.Is(err, objstore.ErrNotFound):
+		f.meta.PutNegative(cacheKey)
+	}
+	return e, err
+}
+
+// resolve asks the store whether child is a directory, a file or nothing.
+func (f *FS) resolve(ctx context.Context, child Entry) (Entry, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type statResult struct {
+		obj objstore.Object
+		err error
+	}
+	statc := make(chan statResult, 1)
+	go func() {
+		o, err := f.store.Stat(ctx, child.Bucket, child.Key)
+		statc <- statResult{o, err}
+	}()
+	page, listErr := f.store.List(ctx, child.Bucket, child.Key+"/", "", 1)
+	if listErr == nil && (len(page.Objects) > 0 || len(page.Prefixes) > 0) {
+		child.Dir = true
+		child.Key += "/"
+		return child, nil
+	}
+	st := <-statc
+	if st.err == nil {
+		child.Version = st.obj.Version
+		return child, nil
+	}
+	if listErr != nil && !errors.Is(listErr, objstore.ErrNotFound) {
+		return Entry{}, listErr
+	}
+	return Entry{}, st.err
+}
+
+// ErrNotDir is returned for directory operations on a file.
+var ErrNotDir = errors.New("not a directory")
+
+// maxRememberedSkips bounds the memory spent remembering logged keys; past
+// it, skips are still counted but no longer logged.
+const maxRememberedSkips = 100000
+
+// noteSkipped counts a key that cannot be shown and logs it once.
+func (f *FS) noteSkipped(bucket, key, reason string) {
+	id := bucket + "/" + key
+	f.skippedMu.Lock()
+	_, seen := f.skipped[id]
+	full := len(f.skipped) >= maxRememberedSkips
+	if !seen && !full {
+		f.skipped[id] = struct{}{}
+	}
+	f.skippedMu.Unlock()
+	if seen {
+		return
+	}
+	f.m.SkippedKeys.WithLabelValues(reason).Inc()
+	if !full {
+		f.log.Warn("key not shown in the mount", "bucket", bucket, "key", key, "reason", reason)
+	}
+}
+
+// Forget drops what the core remembers about an entry whose object changed.
+func (f *FS) Forget(e Entry) {
+	f.meta.Invalidate(e.Path())
+}

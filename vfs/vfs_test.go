@@ -1,0 +1,326 @@
+package vfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+func newTestFS(t *testing.T, store objstore.Store, cfg Config) *FS {
+	t.Helper()
+	if cfg.Bucket == "" {
+		cfg.Bucket = "b"
+	}
+	var f *FS
+	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
+	f, err := New(store, cfg, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func listAll(t *testing.T, f *FS, dir Entry) []Entry {
+	t.Helper()
+	r := f.ReadDir(dir)
+	var all []Entry
+	for {
+		batch, err := r.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			return all
+		}
+		all = append(all, batch...)
+	}
+}
+
+func names(es []Entry) string {
+	var s []string
+	for _, e := range es {
+		n := e.Name
+		if e.Dir {
+			n += "/"
+		}
+		s = append(s, n)
+	}
+	return strings.Join(s, " ")
+}
+
+func TestNameProblem(t *testing.T) {
+	cases := map[string]string{
+		"ok.bin":                 "",
+		"":                       skipEmptySegment,
+		".":                      skipDotName,
+		"..":                     skipDotName,
+		"...":                    "",
+		strings.Repeat("x", 255): "",
+		strings.Repeat("x", 256): skipTooLong,
+		"a\x00b":                 skipBadByte,
+	}
+	for name, want := range cases {
+		if got := nameProblem(name); got != want {
+			t.Errorf("nameProblem(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestReadDirSkipsUnrepresentableKeysAndDirectoryWins(t *testing.T) {
+	s := newMemStore()
+	for _, k := range []string{
+		"d/a", "d/a/inner", // a file and a directory named "a": the directory wins
+		"d/a-b",              // sorts between "a" and "a/"
+		"d//empty",           // empty segment
+		"d/./dot", "d/../up", // dot names
+		"d/" + strings.Repeat("n", 256), // too long
+		"d/",                            // the directory's own marker
+		"d/z",
+	} {
+		s.put("b", k, []byte("x"), "e")
+	}
+	f := newTestFS(t, s, Config{})
+	d, err := f.Lookup(context.Background(), f.Root(), "d")
+	if err != nil || !d.Dir {
+		t.Fatalf("lookup d: %+v %v", d, err)
+	}
+	if got, want := sortedNames(listAll(t, f, d)), "a-b a/ z"; got != want {
+		t.Fatalf("listing = %q, want %q", got, want)
+	}
+	// Lookup agrees with the listing: "a" is the directory.
+	a, err := f.Lookup(context.Background(), d, "a")
+	if err != nil || !a.Dir {
+		t.Fatalf("lookup a = %+v, %v; want the directory", a, err)
+	}
+	// Each skipped key is counted once, even when listed twice.
+	listAll(t, f, d)
+	for reason, want := range map[string]float64{skipEmptySegment: 1, skipDotName: 2, skipTooLong: 1, skipShadowed: 1} {
+		if got := counterValue(t, f.m, "skipped_keys_total", reason); got != want {
+			t.Errorf("skipped %s = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+func sortedNames(es []Entry) string {
+	s := strings.Fields(names(es))
+	sort.Strings(s)
+	return strings.Join(s, " ")
+}
+
+func counterValue(t *testing.T, m *metrics.Set, name, label string) float64 {
+	t.Helper()
+	snap, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch v := snap[name].(type) {
+	case float64:
+		return v
+	case map[string]float64:
+		return v[label]
+	}
+	return 0
+}
+
+func TestReadDirStreamsPagesWithoutDuplicates(t *testing.T) {
+	s := newMemStore()
+	s.pageSize = 100
+	for i := range 1050 {
+		s.put("b", fmt.Sprintf("p/k%05d", i), []byte{1}, "e")
+	}
+	// Between pages, keys appear both before and after the cursor, and a
+	// key already listed is rewritten: no name may show twice.
+	s.beforePage = func(page int) {
+		if page == 3 {
+			s.put("b", "p/k00000", []byte{2}, "e2")
+			s.put("b", "p/k00500x", []byte{3}, "e")
+			s.put("b", "p/a-new", []byte{3}, "e")
+		}
+	}
+	f := newTestFS(t, s, Config{})
+	all := listAll(t, f, Entry{Dir: true, Bucket: "b", Key: "p/"})
+	seen := map[string]bool{}
+	for _, e := range all {
+		if seen[e.Name] {
+			t.Fatalf("%s listed twice", e.Name)
+		}
+		seen[e.Name] = true
+	}
+	for i := range 1050 {
+		if !seen[fmt.Sprintf("k%05d", i)] {
+			t.Fatalf("k%05d missing from a listing of %d entries", i, len(all))
+		}
+	}
+	if s.pages < 11 {
+		t.Fatalf("listing took %d pages; want it paged (>= 11)", s.pages)
+	}
+}
+
+func TestLookupNegativeIsCached(t *testing.T) {
+	s := newMemStore()
+	s.put("b", "x", []byte("1"), "e")
+	f := newTestFS(t, s, Config{})
+	if _, err := f.Lookup(context.Background(), f.Root(), "missing"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("want ErrNotFound, got %v", err)
+	}
+	s.put("b", "missing", []byte("now here"), "e")
+	if _, err := f.Lookup(context.Background(), f.Root(), "missing"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("within the negative TTL the miss should be remembered, got %v", err)
+	}
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func openFile(t *testing.T, f *FS, name string) *Handle {
+	t.Helper()
+	e, err := f.Lookup(context.Background(), f.Root(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := f.Open(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func smallConfig() Config {
+	return Config{BlockSize: 4096, PartSize: 4 * 4096, InitialWindow: 4096, MaxWindow: 16 * 4096, MemoryLimit: 64 * 4096, CacheSize: 32 * 4096}
+}
+
+func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(300*4096+123, 1)
+	s.put("b", "obj", data, "e1")
+	f := newTestFS(t, s, smallConfig())
+	h := openFile(t, f, "obj")
+	var got bytes.Buffer
+	buf := make([]byte, 3000) // not aligned to blocks
+	for off := int64(0); ; {
+		n, err := h.ReadAt(context.Background(), buf, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		got.Write(buf[:n])
+		off += int64(n)
+	}
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("sequential read differs from the object (%d vs %d bytes)", got.Len(), len(data))
+	}
+	if h.window != f.cfg.MaxWindow {
+		t.Fatalf("window = %d after a long sequential read, want the cap %d", h.window, f.cfg.MaxWindow)
+	}
+	// The first GET is one block (quick first byte); later ones are whole parts.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gets[0] != "obj@0+8192" && s.gets[0] != "obj@0+4096" {
+		t.Fatalf("first GET %s: want a small first request", s.gets[0])
+	}
+	parts := 0
+	for _, g := range s.gets {
+		if strings.HasSuffix(g, "+16384") {
+			parts++
+		}
+	}
+	if parts < len(s.gets)/2 {
+		t.Fatalf("only %d of %d GETs were whole parts: %v", parts, len(s.gets), s.gets)
+	}
+}
+
+func TestRandomReadsFetchSingleBlocks(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(200*4096, 2)
+	s.put("b", "obj", data, "e1")
+	f := newTestFS(t, s, smallConfig())
+	h := openFile(t, f, "obj")
+	r := rand.New(rand.NewPCG(3, 3))
+	buf := make([]byte, 100)
+	for range 50 {
+		off := int64(r.IntN(len(data) - 100))
+		n, err := h.ReadAt(context.Background(), buf, off)
+		if err != nil || n != 100 || !bytes.Equal(buf, data[off:off+100]) {
+			t.Fatalf("random read at %d: n=%d err=%v, bytes equal=%v", off, n, err, bytes.Equal(buf[:n], data[off:off+int64(n)]))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.gets {
+		if !strings.HasSuffix(g, "+4096") {
+			t.Fatalf("random read fetched %s; want single blocks", g)
+		}
+	}
+}
+
+func TestReadPastEOFIsShort(t *testing.T) {
+	s := newMemStore()
+	s.put("b", "obj", []byte("hello"), "e")
+	f := newTestFS(t, s, smallConfig())
+	h := openFile(t, f, "obj")
+	buf := make([]byte, 10)
+	n, err := h.ReadAt(context.Background(), buf, 2)
+	if err != nil || string(buf[:n]) != "llo" {
+		t.Fatalf("got %q, %v", buf[:n], err)
+	}
+	if n, err := h.ReadAt(context.Background(), buf, 5); n != 0 || err != nil {
+		t.Fatalf("read at EOF: %d, %v", n, err)
+	}
+}
+
+func TestChangedObjectFailsAndIsForgotten(t *testing.T) {
+	s := newMemStore()
+	s.put("b", "obj", randomBytes(64*4096, 4), "v1")
+	f := newTestFS(t, s, smallConfig())
+	h := openFile(t, f, "obj")
+	buf := make([]byte, 4096)
+	if _, err := h.ReadAt(context.Background(), buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.put("b", "obj", randomBytes(64*4096, 5), "v2")
+	_, err := h.ReadAt(context.Background(), buf, 40*4096)
+	if !errors.Is(err, objstore.ErrChanged) {
+		t.Fatalf("read after replacement: %v, want ErrChanged", err)
+	}
+	// The next lookup asks the store again and sees the new version.
+	e, err := f.Lookup(context.Background(), f.Root(), "obj")
+	if err != nil || e.Version.ETag != "v2" {
+		t.Fatalf("lookup after change: %+v %v", e.Version, err)
+	}
+}
+
+func TestConfigErrorsNameTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		flag string
+	}{
+		{Config{BlockSize: 100}, "--block-size"},
+		{Config{PartSize: 3<<20 + 1<<19}, "--part-size"},
+		{Config{MemoryLimit: 1 << 20}, "--memory-limit"},
+		{Config{CacheSize: 4 << 30}, "--cache-size"},
+		{Config{MaxWindow: 1 << 12, InitialWindow: 1 << 20}, "--max-window"},
+	} {
+		err := c.cfg.applyDefaults()
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.flag)
+		}
+	}
+}

@@ -19,9 +19,11 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -36,9 +38,21 @@ type Config struct {
 	// CheckTimeout bounds the start-up check of endpoint, bucket and
 	// credentials.
 	CheckTimeout time.Duration
+	GPU          GPUConfig
 	// WrapStore, when set, decorates the S3 client (tests inject faults).
 	WrapStore func(objstore.Store) objstore.Store
 	Log       *slog.Logger
+}
+
+// GPUConfig selects the CUDA layer behind GPU reads.
+type GPUConfig struct {
+	// Mode is "auto" (the CUDA driver if it loads; GPU reads answer ENODEV
+	// otherwise), "off", or "host-standin": host memory files under
+	// StandinDir stand in for device memory. The stand-in is a test aid for
+	// machines without a GPU and is never chosen by default.
+	Mode       string
+	StandinDir string
+	Engine     rdmaread.Config
 }
 
 // DefaultMetricsAddr is loopback only: counters name buckets and keys.
@@ -49,9 +63,11 @@ type Daemon struct {
 	cfg     Config
 	Core    *vfs.FS
 	Metrics *metrics.Set
+	GPU     *rdmaread.Engine // nil when GPU reads are off
 	server  *fuse.Server
 	http    *http.Server
 	addr    string
+	stop    context.CancelFunc
 }
 
 // Start checks the endpoint, mounts, and serves metrics. Every failure is
@@ -94,18 +110,22 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, explainCheck(err, cfg)
 	}
 
+	if d.GPU, err = newGPU(cfg, store, d.Metrics); err != nil {
+		return nil, err
+	}
 	if cfg.MetricsAddr != "" {
 		if err := d.serveMetrics(cfg.MetricsAddr); err != nil {
 			return nil, err
 		}
 	}
-	d.server, err = s3fs.Mount(cfg.Mountpoint, core, d.Metrics, cfg.FS)
-	if err != nil {
-		d.closeHTTP()
-		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	var bg context.Context
+	bg, d.stop = context.WithCancel(context.Background())
+	d.server, err = s3fs.Mount(bg, cfg.Mountpoint, core, d.GPU, d.Metrics, cfg.FS)
+	if err == nil {
+		err = d.server.WaitMount()
 	}
-	if err := d.server.WaitMount(); err != nil {
-		d.closeHTTP()
+	if err != nil {
+		d.shutdown()
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
@@ -119,7 +139,48 @@ func (d *Daemon) MetricsAddr() string { return d.addr }
 // Wait blocks until the mount goes away (Unmount, or fusermount3 -u).
 func (d *Daemon) Wait() {
 	d.server.Wait()
+	d.shutdown()
+}
+
+// shutdown stops background work and frees staging memory.
+func (d *Daemon) shutdown() {
+	if d.stop != nil {
+		d.stop()
+	}
 	d.closeHTTP()
+	if d.GPU != nil {
+		if err := d.GPU.Close(); err != nil {
+			d.cfg.Log.Warn("closing the GPU engine", "err", err)
+		}
+	}
+}
+
+// newGPU picks the CUDA layer. Without a driver the engine still exists, so
+// GPU reads get a clear ENODEV and the caps attribute says why.
+func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine, error) {
+	var backend cufile.Backend
+	var err error
+	switch cfg.GPU.Mode {
+	case "off":
+		return nil, nil
+	case "host-standin":
+		backend, err = cufile.NewHostStandin(cfg.GPU.StandinDir)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu=host-standin: %w", err)
+		}
+		cfg.Log.Warn("GPU reads go to host memory files (host stand-in, a test aid): no device memory is used", "dir", cfg.GPU.StandinDir)
+	case "", "auto":
+		backend, err = cufile.NewCUDA()
+		if err != nil {
+			cfg.Log.Info("GPU reads unavailable: GPU read ioctls will answer ENODEV", "reason", err)
+		}
+		if backend == nil {
+			return nil, nil
+		}
+	default:
+		return nil, fmt.Errorf("--gpu %q: use auto, off or host-standin", cfg.GPU.Mode)
+	}
+	return rdmaread.New(store, backend, cfg.GPU.Engine, m, cfg.Log), nil
 }
 
 // Unmount detaches the mount, retrying while it is busy and finally

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -30,6 +31,8 @@ type Options struct {
 // mount is state shared by every node of one mount.
 type mount struct {
 	core    *vfs.FS
+	gpu     *rdmaread.Engine // nil when GPU reads are off
+	owners  *owners
 	m       *metrics.Set
 	opts    Options
 	started time.Time
@@ -38,8 +41,9 @@ type mount struct {
 // MaxRead is the largest read the kernel sends: 1 MiB, the most Linux allows.
 const MaxRead = 1 << 20
 
-// Mount serves core at mountpoint until the returned server is unmounted.
-func Mount(mountpoint string, core *vfs.FS, m *metrics.Set, opts Options) (*fuse.Server, error) {
+// Mount serves core at mountpoint, and GPU reads through gpu (nil turns them
+// off), until the returned server is unmounted. ctx ends background work.
+func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.Engine, m *metrics.Set, opts Options) (*fuse.Server, error) {
 	if opts.FileMode == 0 {
 		opts.FileMode = 0o444
 	}
@@ -49,7 +53,11 @@ func Mount(mountpoint string, core *vfs.FS, m *metrics.Set, opts Options) (*fuse
 	if opts.FsName == "" {
 		opts.FsName = "s3gdsfs"
 	}
-	mt := &mount{core: core, m: m, opts: opts, started: time.Now()}
+	mt := &mount{core: core, gpu: gpu, m: m, opts: opts, started: time.Now()}
+	if gpu != nil {
+		mt.owners = newOwners(gpu)
+		go mt.owners.reap(ctx, 2*time.Second)
+	}
 	cfg := core.Config()
 	entryTTL, negTTL := cfg.MetaTTL, cfg.NegativeTTL
 	root := &dirNode{mount: mt, entry: core.Root()}
@@ -159,6 +167,16 @@ type fileNode struct {
 	// cachedVersion is the version whose bytes the kernel's page cache may
 	// hold for this inode: reopening the same version keeps them.
 	cachedVersion string
+
+	stats fileStats
+}
+
+// forgetCachedVersion makes the next open drop the kernel's cached pages:
+// the object changed.
+func (f *fileNode) forgetCachedVersion() {
+	f.mu.Lock()
+	f.cachedVersion = ""
+	f.mu.Unlock()
 }
 
 var (
@@ -238,18 +256,17 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 		en := errno(err)
 		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
 		if en == syscall.ESTALE {
-			// Forget the version so the next open sees the new object.
-			fh.node.mu.Lock()
-			fh.node.cachedVersion = ""
-			fh.node.mu.Unlock()
+			fh.node.forgetCachedVersion()
 		}
 		return nil, en
 	}
+	fh.node.stats.posix(n)
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fh.h.Close()
+	fh.mount.owners.released(fh)
 	return 0
 }
 
@@ -265,6 +282,18 @@ func errnoName(e syscall.Errno) string {
 		return "EINTR"
 	case syscall.ENOMEM:
 		return "ENOMEM"
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.ENODEV:
+		return "ENODEV"
+	case syscall.EBADF:
+		return "EBADF"
+	case syscall.ERANGE:
+		return "ERANGE"
+	case syscall.EOPNOTSUPP:
+		return "EOPNOTSUPP"
+	case syscall.ECANCELED:
+		return "ECANCELED"
 	}
 	return "EIO"
 }

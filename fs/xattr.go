@@ -3,13 +3,18 @@ package fs
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/s3gdsfs/s3gdsfs/abi"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 )
 
 // Extended attributes the mount answers (docs/ioctl.md lists their JSON).
 const (
-	xattrETag  = "user.s3gdsfs.etag"
-	xattrStats = "user.s3gdsfs.stats"
+	xattrCaps  = abi.XattrCaps
+	xattrETag  = abi.XattrETag
+	xattrStats = abi.XattrStats
 )
 
 // putXattr follows getxattr(2): an empty dest asks for the size.
@@ -33,7 +38,13 @@ func listXattrs(dest []byte, names ...string) (uint32, syscall.Errno) {
 }
 
 func (d *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if attr != xattrStats || !d.isRoot() {
+	if !d.isRoot() {
+		return 0, syscall.ENODATA
+	}
+	if attr == xattrCaps {
+		return putXattr(dest, d.mount.caps())
+	}
+	if attr != xattrStats {
 		return 0, syscall.ENODATA
 	}
 	snap, err := d.mount.m.Snapshot()
@@ -49,7 +60,7 @@ func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.E
 	if !d.isRoot() {
 		return listXattrs(dest)
 	}
-	return listXattrs(dest, xattrStats)
+	return listXattrs(dest, xattrCaps, xattrStats)
 }
 
 func (d *dirNode) isRoot() bool { return d.EmbeddedInode().StableAttr().Ino == 1 }
@@ -62,6 +73,8 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			return 0, syscall.ENODATA
 		}
 		return putXattr(dest, []byte(e.Version.ETag))
+	case xattrCaps:
+		return putXattr(dest, f.mount.caps())
 	case xattrStats:
 		b, _ := json.Marshal(map[string]any{
 			"bucket":        e.Bucket,
@@ -70,6 +83,7 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			"etag":          e.Version.ETag,
 			"last_modified": e.Version.LastModified,
 			"version":       e.Version.ID(),
+			"counters":      f.stats.snapshot(),
 		})
 		return putXattr(dest, b)
 	}
@@ -77,5 +91,43 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 }
 
 func (f *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	return listXattrs(dest, xattrETag, xattrStats)
+	if f.getEntry().Version.ETag == "" {
+		return listXattrs(dest, xattrCaps, xattrStats)
+	}
+	return listXattrs(dest, xattrCaps, xattrETag, xattrStats)
+}
+
+// fileStats counts what was read through one file since it was first
+// looked up.
+type fileStats struct {
+	posixBytes, posixReads          atomic.Int64
+	gpuReads, gpuHTTPBytes, gpuRDMA atomic.Int64
+	gpuDeclined, gpuDeclinedBytes   atomic.Int64
+}
+
+func (s *fileStats) posix(n int) {
+	s.posixBytes.Add(int64(n))
+	s.posixReads.Add(1)
+}
+
+func (s *fileStats) gpu(r rdmaread.Result) {
+	s.gpuReads.Add(1)
+	s.gpuHTTPBytes.Add(r.HTTPBytes)
+	s.gpuRDMA.Add(r.RDMABytes)
+	if r.Decline != abi.DeclineNone {
+		s.gpuDeclined.Add(1)
+		s.gpuDeclinedBytes.Add(r.HTTPBytes)
+	}
+}
+
+func (s *fileStats) snapshot() map[string]int64 {
+	return map[string]int64{
+		"posix_read_bytes":   s.posixBytes.Load(),
+		"posix_reads":        s.posixReads.Load(),
+		"gpu_reads":          s.gpuReads.Load(),
+		"gpu_http_bytes":     s.gpuHTTPBytes.Load(),
+		"gpu_rdma_bytes":     s.gpuRDMA.Load(),
+		"gpu_declined":       s.gpuDeclined.Load(),
+		"gpu_declined_bytes": s.gpuDeclinedBytes.Load(),
+	}
 }

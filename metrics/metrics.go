@@ -5,6 +5,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/s3gdsfs/s3gdsfs/abi"
 )
 
 // Set holds the daemon's collectors. Each daemon (and each test mount) owns
@@ -30,6 +31,16 @@ type Set struct {
 	MemoryInUse   prometheus.GaugeFunc
 	MemoryLimit   prometheus.Gauge
 	CachedBytes   prometheus.GaugeFunc
+
+	GPUReadBytes     *prometheus.CounterVec // transport
+	GPUReads         *prometheus.CounterVec // transport
+	GPUDeclined      *prometheus.CounterVec // reason
+	GPUDeclinedBytes *prometheus.CounterVec // reason
+	GPUReadSeconds   *prometheus.HistogramVec
+	GPUCopyWait      prometheus.Counter
+	GPUReadErrors    *prometheus.CounterVec // errno
+	GPUImportsOpen   prometheus.Gauge
+	GPUBytesInFlight prometheus.Gauge
 
 	SkippedKeys  *prometheus.CounterVec // reason
 	OpenHandles  prometheus.Gauge
@@ -104,7 +115,47 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.ChangedReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_changed_object_reads_total", Help: "Reads refused because the object changed after it was opened.",
 	})
+	s.GPUReadBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_read_bytes_total", Help: "Bytes delivered into device memory by GPU reads, by transport (rdma, http).",
+	}, []string{"transport"})
+	s.GPUReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_reads_total", Help: "GPU read calls that delivered bytes, by transport (rdma, http).",
+	}, []string{"transport"})
+	s.GPUDeclined = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_declined_total", Help: "RDMA transfers asked for and not made, by reason; their bytes went over HTTP.",
+	}, []string{"reason"})
+	s.GPUDeclinedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_declined_bytes_total", Help: "Bytes of declined RDMA transfers, by reason (a part of the HTTP bytes).",
+	}, []string{"reason"})
+	s.GPUReadSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "s3gdsfs_gpu_read_seconds", Help: "Time of one GPU read call, by transport.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+	}, []string{"transport"})
+	s.GPUCopyWait = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_copy_wait_seconds_total", Help: "Time GPU reads spent blocked on device copies (slots and final sync).",
+	})
+	s.GPUReadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_read_errors_total", Help: "GPU read calls that failed, by errno name.",
+	}, []string{"errno"})
+	s.GPUImportsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "s3gdsfs_gpu_imports_open", Help: "CUDA IPC imports (caller buffers) held open.",
+	})
+	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
+	})
+	// Every series exists from the start, at zero, so a dashboard can tell
+	// "no RDMA yet" from "not exported".
+	for _, t := range []string{"rdma", "http"} {
+		s.GPUReadBytes.WithLabelValues(t)
+		s.GPUReads.WithLabelValues(t)
+	}
+	for d := abi.DeclineRegistrationFailed; d <= abi.DeclineRDMAUnavailable; d++ {
+		s.GPUDeclined.WithLabelValues(d.String())
+		s.GPUDeclinedBytes.WithLabelValues(d.String())
+	}
 	for _, c := range []prometheus.Collector{
+		s.GPUReadBytes, s.GPUReads, s.GPUDeclined, s.GPUDeclinedBytes, s.GPUReadSeconds,
+		s.GPUCopyWait, s.GPUReadErrors, s.GPUImportsOpen, s.GPUBytesInFlight,
 		s.S3Requests, s.S3Seconds, s.S3BytesReceived,
 		s.PosixReadBytes, s.PosixReads, s.PosixReadSeconds, s.PosixReadErrors,
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,

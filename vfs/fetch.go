@@ -3,8 +3,6 @@ package vfs
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -200,7 +198,7 @@ func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []
 				break
 			}
 			fe.f.m.ReadRetries.Inc()
-			time.Sleep(backoff(attempt))
+			time.Sleep(objstore.Backoff(attempt))
 		}
 		var n int
 		n, err = fe.fill(o, first+int64(done), blks[done:], pends[done:])
@@ -229,10 +227,9 @@ func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pen
 	end := min(off+int64(len(blks))*bs, o.version.Size)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// A stalled body would hang every reader of these blocks: a watchdog
-	// cancels the request when no byte arrives for ReadTimeout.
-	watchdog := time.AfterFunc(fe.f.cfg.ReadTimeout, cancel)
-	defer watchdog.Stop()
+	guard := objstore.StallGuard{Timeout: fe.f.cfg.ReadTimeout}
+	guard.Start(cancel)
+	defer guard.Stop()
 	body, err := fe.f.store.GetRange(ctx, o.bucket, o.key, off, end-off, o.version)
 	if err != nil {
 		return 0, err
@@ -241,41 +238,12 @@ func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pen
 	for i, b := range blks {
 		want := min(bs, end-(off+int64(i)*bs))
 		b.Data = b.Data[:want]
-		if _, err := readFull(body, b.Data, watchdog, fe.f.cfg.ReadTimeout); err != nil {
-			if ctx.Err() != nil {
-				err = fmt.Errorf("no data for %s: %w", fe.f.cfg.ReadTimeout, context.DeadlineExceeded)
-			}
+		if err := guard.ReadFull(ctx, body, b.Data); err != nil {
 			return i, err
 		}
 		fe.complete(o, first+int64(i), b, pends[i], nil)
 	}
 	return len(blks), nil
-}
-
-// readFull is io.ReadFull that re-arms the stall watchdog after every read.
-func readFull(r io.Reader, p []byte, watchdog *time.Timer, timeout time.Duration) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := r.Read(p[n:])
-		n += m
-		if m > 0 {
-			watchdog.Reset(timeout)
-		}
-		if err != nil {
-			if err == io.EOF && n < len(p) {
-				err = io.ErrUnexpectedEOF
-			}
-			if n == len(p) {
-				return n, nil
-			}
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-func backoff(attempt int) time.Duration {
-	return time.Duration(50<<(2*(attempt-1))) * time.Millisecond // 50, 200, 800 ms
 }
 
 // complete publishes a block (or its error) to its waiters and the cache.

@@ -187,6 +187,9 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 	return f, nil
 }
 
+// Logger is the core's logger, shared with the adapter.
+func (f *FS) Logger() *slog.Logger { return f.log }
+
 // Blocks exposes the block store for metrics and tests.
 func (f *FS) Blocks() *cache.Store { return f.blocks }
 

@@ -14,9 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -38,6 +40,9 @@ type mountFlags struct {
 	logLevel, logFile                  string
 	foreground                         bool
 	debugFUSE                          bool
+	gpu, standinDir                    string
+	gpuStreams, stagingSlots           int
+	stagingSlotSize                    sizeFlag
 }
 
 func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
@@ -72,6 +77,12 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
 	fs.BoolVar(&mf.foreground, "foreground", true, "stay in the foreground (the mount helper form goes to the background unless -o foreground)")
 	fs.BoolVar(&mf.debugFUSE, "debug-fuse", false, "log every FUSE request")
+	fs.StringVar(&mf.gpu, "gpu", "auto", "GPU reads: auto (CUDA when the driver loads), off, or host-standin (a test aid: files under --host-standin-dir stand in for device memory)")
+	fs.StringVar(&mf.standinDir, "host-standin-dir", "/dev/shm", "directory of host stand-in buffers, with --gpu=host-standin")
+	fs.IntVar(&mf.gpuStreams, "gpu-streams", rdmaread.DefaultStreams, "parallel ranged GETs per GPU read")
+	fs.IntVar(&mf.stagingSlots, "staging-slots", rdmaread.DefaultSlots, "pinned staging slots per GPU")
+	mf.stagingSlotSize = rdmaread.DefaultSlotSize
+	fs.Var(&mf.stagingSlotSize, "staging-slot-size", "bytes per pinned staging slot (one ranged GET)")
 	return fs
 }
 
@@ -194,6 +205,17 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
+	if mf.gpuStreams < 1 || mf.stagingSlots < 1 {
+		return daemon.Config{}, usagef("--gpu-streams and --staging-slots: at least 1")
+	}
+	if mf.stagingSlotSize < 64<<10 || mf.stagingSlotSize > 1<<30 {
+		return daemon.Config{}, usagef("--staging-slot-size %s: between 64KiB and 1GiB", mf.stagingSlotSize.String())
+	}
+	switch mf.gpu {
+	case "auto", "off", "host-standin":
+	default:
+		return daemon.Config{}, usagef("--gpu %q: use auto, off or host-standin", mf.gpu)
+	}
 	metrics := mf.metricsAddr
 	if metrics == "off" {
 		metrics = ""
@@ -227,6 +249,16 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			AllowOther: mf.allowOther,
 			FsName:     "s3gdsfs:" + mf.bucket,
 			Debug:      mf.debugFUSE,
+		},
+		GPU: daemon.GPUConfig{
+			Mode:       mf.gpu,
+			StandinDir: mf.standinDir,
+			Engine: rdmaread.Config{
+				Streams:     mf.gpuStreams,
+				ReadTimeout: mf.readTimeout,
+				Retries:     retriesSetting(mf.retries),
+				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},
+			},
 		},
 		MetricsAddr:  metrics,
 		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,

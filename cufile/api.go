@@ -1,0 +1,120 @@
+package cufile
+
+import (
+	"context"
+	"errors"
+)
+
+// Handle is the 64-byte CUDA IPC memory handle (cuIpcMemHandle) of a device
+// allocation's base, as exported by the caller's process.
+type Handle [64]byte
+
+// DeviceInfo describes one device.
+type DeviceInfo struct {
+	Ordinal  int
+	Name     string
+	TotalMem uint64 // bytes
+}
+
+// Sentinel errors; every error this package returns for these conditions
+// wraps one of them (test with errors.Is).
+var (
+	// ErrNoDriver: the CUDA driver library is missing or unusable.
+	ErrNoDriver = errors.New("cufile: no CUDA driver")
+	// ErrNoDevice: no such device, or the allocation is on another device.
+	ErrNoDevice = errors.New("cufile: no such device")
+	// ErrBadHandle: the handle cannot be imported, or the allocation is closed.
+	ErrBadHandle = errors.New("cufile: bad memory handle")
+	// ErrOutOfRange: a copy would run past the allocation or the slot.
+	ErrOutOfRange = errors.New("cufile: copy out of range")
+	// ErrClosed: the stager or copier has been closed.
+	ErrClosed = errors.New("cufile: closed")
+)
+
+// Backend is the CUDA layer as the GPU read engine sees it.
+type Backend interface {
+	// Name is "cuda" or "host-standin".
+	Name() string
+	// Devices lists the devices; the first call initialises the driver.
+	Devices() ([]DeviceInfo, error)
+	// Import opens the allocation behind h on device. Each Import needs
+	// its own Close. Use an ImportCache to share imports between requests.
+	Import(device int, h Handle) (Allocation, error)
+	// NewStager allocates a device's ring of pinned slots and its copy
+	// streams. Make one per device and keep it for the daemon's life.
+	NewStager(device int, cfg StagerConfig) (Stager, error)
+}
+
+// Allocation is an imported device allocation.
+type Allocation interface {
+	Device() int
+	// Size is the allocation's real extent from its base, in bytes.
+	Size() uint64
+	// Close unmaps the allocation. Copies into it must have completed.
+	Close() error
+}
+
+// StagerConfig sizes a stager; zero fields take the defaults below.
+type StagerConfig struct {
+	SlotSize int // bytes per pinned slot
+	Slots    int // slots in the ring
+	Streams  int // copy streams
+}
+
+// Defaults: 4-16 MiB slots reach the host-to-device ceiling (about 54 GB/s
+// on PCIe Gen5); 8 slots let fills run well ahead of copies.
+const (
+	DefaultSlotSize = 16 << 20
+	DefaultSlots    = 8
+	DefaultStreams  = 4
+)
+
+// Slot is one pinned host buffer of a stager's ring. Buf is valid from
+// AcquireSlot until the slot is handed to CopyAsync or ReleaseSlot.
+type Slot struct {
+	Buf []byte
+
+	index int
+	state slotState
+	fence uintptr // the event recorded after the slot's last copy
+	seq   uint64  // enqueue order, to wait on the oldest copy first
+}
+
+// Stager owns a device's slot ring and copy streams. Its methods are safe
+// for concurrent use.
+type Stager interface {
+	// AcquireSlot returns a free slot, reclaiming slots whose copies have
+	// completed; it blocks while every slot is held or being copied.
+	AcquireSlot(ctx context.Context) (*Slot, error)
+	// NewCopier starts a request's ordered sequence of copies on one of
+	// the stager's streams (the least used; streams are shared when there
+	// are more requests than streams). It never blocks.
+	NewCopier() (Copier, error)
+	// Close waits for outstanding copies and frees the slots and streams.
+	// It fails, leaving the stager usable, while slots are held by callers
+	// or copiers are open.
+	Close() error
+}
+
+// Copier is one request's sequence of copies. It is not safe for concurrent
+// use; the stager it came from is.
+type Copier interface {
+	// AcquireSlot is Stager.AcquireSlot, counting time spent waiting for
+	// copies to complete in WaitNanos.
+	AcquireSlot(ctx context.Context) (*Slot, error)
+	// CopyAsync enqueues a copy of slot.Buf[:n] to dst at dstOff. It takes
+	// the slot in every case: the slot returns to the ring once the copy
+	// has completed, or at once when the copy is refused (dstOff+n past
+	// dst.Size(): ErrOutOfRange, nothing enqueued).
+	CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) error
+	// ReleaseSlot gives back a slot that will not be copied.
+	ReleaseSlot(slot *Slot)
+	// Sync waits for every copy this copier enqueued; once it returns the
+	// bytes are visible to the device's next kernel.
+	Sync() error
+	// Close syncs, then returns the stream to the stager.
+	Close() error
+	// WaitNanos is the total time this copier spent blocked on copies
+	// (in Sync and in AcquireSlot), for reporting how well copies overlap.
+	WaitNanos() int64
+}

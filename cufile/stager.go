@@ -1,0 +1,466 @@
+package cufile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The stager below is shared by both backends, so the checks and the slot
+// life cycle are the same code for real devices and the host stand-in.
+
+type slotState uint8
+
+const (
+	slotFree    slotState = iota
+	slotHeld              // with a caller, being filled
+	slotCopying           // copy enqueued, fence not yet seen complete
+)
+
+// stagerDevice is what a stager needs from a backend. Every method but
+// ordinal and run must be called inside run, which makes the device current
+// on the calling thread; one run per batch keeps driver calls few.
+type stagerDevice interface {
+	ordinal() int
+	run(fn func() error) error
+	allocHost(size int) ([]byte, error)
+	freeHost(buf []byte) error
+	newStream() (uintptr, error)
+	destroyStream(stream uintptr) error
+	newFence() (uintptr, error)
+	destroyFence(fence uintptr) error
+	// copyAsync enqueues the copy of src to dst at dstOff on stream and
+	// records fence after it.
+	copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64) error
+	fenceDone(fence uintptr) (bool, error)
+	waitFence(fence uintptr) error
+	syncStream(stream uintptr) error
+}
+
+// copyStream is one stream of the pool. A stream runs its copies in order,
+// so its slots complete in the order of its copying queue.
+type copyStream struct {
+	handle  uintptr
+	users   int     // open copiers on this stream
+	copying []*Slot // oldest first
+	err     error   // asynchronous failure seen while reclaiming, for the next Sync
+}
+
+type stager struct {
+	dev stagerDevice
+	cfg StagerConfig
+
+	mu      sync.Mutex
+	host    []byte // all slots, one pinned allocation
+	slots   []*Slot
+	free    []*Slot
+	streams []*copyStream
+	seq     uint64
+	copiers int
+	waiting bool          // one acquirer is blocked on the oldest copy
+	changed chan struct{} // closed and replaced whenever slots change state
+	closed  bool
+}
+
+func (c StagerConfig) withDefaults() (StagerConfig, error) {
+	if c.SlotSize == 0 {
+		c.SlotSize = DefaultSlotSize
+	}
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.Streams == 0 {
+		c.Streams = DefaultStreams
+	}
+	if c.SlotSize < 0 || c.Slots < 0 || c.Streams < 0 || c.SlotSize > math.MaxInt/c.Slots {
+		return c, fmt.Errorf("cufile: bad stager config %+v", c)
+	}
+	return c, nil
+}
+
+func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &stager{dev: dev, cfg: cfg, changed: make(chan struct{})}
+	err = dev.run(func() error {
+		host, err := dev.allocHost(cfg.Slots * cfg.SlotSize)
+		if err != nil {
+			return err
+		}
+		s.host = host
+		for i := range cfg.Slots {
+			fence, err := dev.newFence()
+			if err != nil {
+				return err
+			}
+			buf := host[i*cfg.SlotSize : (i+1)*cfg.SlotSize : (i+1)*cfg.SlotSize]
+			slot := &Slot{Buf: buf, index: i, fence: fence}
+			s.slots = append(s.slots, slot)
+			s.free = append(s.free, slot)
+		}
+		for range cfg.Streams {
+			h, err := dev.newStream()
+			if err != nil {
+				return err
+			}
+			s.streams = append(s.streams, &copyStream{handle: h})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(err, s.destroy())
+	}
+	return s, nil
+}
+
+// destroy frees what newStager made; no copy may be outstanding.
+func (s *stager) destroy() error {
+	return s.dev.run(func() error {
+		var errs []error
+		for _, st := range s.streams {
+			errs = append(errs, s.dev.destroyStream(st.handle))
+		}
+		for _, slot := range s.slots {
+			errs = append(errs, s.dev.destroyFence(slot.fence))
+			slot.Buf = nil
+		}
+		if s.host != nil {
+			errs = append(errs, s.dev.freeHost(s.host))
+			s.host = nil
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func (s *stager) AcquireSlot(ctx context.Context) (*Slot, error) {
+	return s.acquire(ctx, nil)
+}
+
+// acquire takes a free slot. When none is free it reclaims slots whose
+// copies completed; failing that, one acquirer blocks on the oldest copy
+// while the others wait for a change.
+func (s *stager) acquire(ctx context.Context, waited *atomic.Int64) (*Slot, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if len(s.free) == 0 {
+			s.reclaimLocked()
+		}
+		if n := len(s.free); n > 0 {
+			slot := s.free[n-1]
+			s.free = s.free[:n-1]
+			slot.state = slotHeld
+			s.mu.Unlock()
+			return slot, nil
+		}
+		oldest := s.oldestCopyingLocked()
+		if oldest != nil && !s.waiting {
+			s.waiting = true
+			s.mu.Unlock()
+			start := time.Now()
+			err := s.dev.run(func() error { return s.dev.waitFence(oldest.fence) })
+			addSince(waited, start)
+			s.mu.Lock()
+			s.waiting = false
+			if err != nil {
+				s.failOldestLocked(oldest, err)
+			}
+			if !s.closed {
+				s.reclaimLocked()
+			}
+			s.notifyLocked()
+			s.mu.Unlock()
+			continue
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		start := time.Now()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+		if oldest != nil {
+			addSince(waited, start)
+		}
+	}
+}
+
+func addSince(total *atomic.Int64, start time.Time) {
+	if total != nil {
+		total.Add(int64(time.Since(start)))
+	}
+}
+
+func (s *stager) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *stager) freeLocked(slot *Slot) {
+	slot.state = slotFree
+	s.free = append(s.free, slot)
+}
+
+// reclaimLocked returns to the ring every slot whose copy has completed,
+// querying only the head of each stream's queue until one is still busy.
+func (s *stager) reclaimLocked() {
+	busy := false
+	for _, st := range s.streams {
+		busy = busy || len(st.copying) > 0
+	}
+	if !busy {
+		return
+	}
+	err := s.dev.run(func() error {
+		for _, st := range s.streams {
+			for len(st.copying) > 0 {
+				head := st.copying[0]
+				done, err := s.dev.fenceDone(head.fence)
+				if err != nil {
+					// The copy failed: the slot is free to reuse and
+					// the stream's next Sync reports the failure.
+					st.noteErr(err)
+					done = true
+				}
+				if !done {
+					break
+				}
+				st.copying = st.copying[1:]
+				s.freeLocked(head)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		// The device cannot be made current: no copy on it can be
+		// waited for, so give the slots back and report on Sync.
+		for _, st := range s.streams {
+			if len(st.copying) > 0 {
+				st.noteErr(err)
+			}
+			for _, slot := range st.copying {
+				s.freeLocked(slot)
+			}
+			st.copying = nil
+		}
+	}
+}
+
+func (st *copyStream) noteErr(err error) {
+	if st.err == nil {
+		st.err = err
+	}
+}
+
+func (s *stager) oldestCopyingLocked() *Slot {
+	var oldest *Slot
+	for _, st := range s.streams {
+		if len(st.copying) > 0 && (oldest == nil || st.copying[0].seq < oldest.seq) {
+			oldest = st.copying[0]
+		}
+	}
+	return oldest
+}
+
+// failOldestLocked gives back a slot whose fence could not be waited for.
+func (s *stager) failOldestLocked(slot *Slot, err error) {
+	for _, st := range s.streams {
+		if len(st.copying) > 0 && st.copying[0] == slot {
+			st.noteErr(err)
+			st.copying = st.copying[1:]
+			s.freeLocked(slot)
+			return
+		}
+	}
+}
+
+// ownsLocked reports whether slot is one of this ring's slots in state.
+func (s *stager) ownsLocked(slot *Slot, state slotState) bool {
+	return slot != nil && slot.index >= 0 && slot.index < len(s.slots) &&
+		s.slots[slot.index] == slot && slot.state == state
+}
+
+func (s *stager) release(slot *Slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ownsLocked(slot, slotHeld) {
+		s.freeLocked(slot)
+		s.notifyLocked()
+	}
+}
+
+func (s *stager) NewCopier() (Copier, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	least := s.streams[0]
+	for _, st := range s.streams[1:] {
+		if st.users < least.users {
+			least = st
+		}
+	}
+	least.users++
+	s.copiers++
+	return &copier{s: s, stream: least}, nil
+}
+
+func (s *stager) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	held := 0
+	for _, slot := range s.slots {
+		if slot.state == slotHeld {
+			held++
+		}
+	}
+	if held > 0 || s.copiers > 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("cufile: stager busy: %d slots held, %d copiers open", held, s.copiers)
+	}
+	s.closed = true
+	s.notifyLocked()
+	// An acquirer may still be blocked on a fence: let it finish before
+	// the fences are destroyed.
+	for s.waiting {
+		changed := s.changed
+		s.mu.Unlock()
+		<-changed
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+
+	err := s.dev.run(func() error {
+		var errs []error
+		for _, st := range s.streams {
+			errs = append(errs, s.dev.syncStream(st.handle))
+			st.copying = nil
+		}
+		return errors.Join(errs...)
+	})
+	return errors.Join(err, s.destroy())
+}
+
+// copier is one request's ordered sequence of copies on one stream.
+type copier struct {
+	s      *stager
+	stream *copyStream
+	waited atomic.Int64
+	closed bool
+}
+
+func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
+	if c.closed {
+		return nil, ErrClosed
+	}
+	return c.s.acquire(ctx, &c.waited)
+}
+
+func (c *copier) ReleaseSlot(slot *Slot) { c.s.release(slot) }
+
+func (c *copier) WaitNanos() int64 { return c.waited.Load() }
+
+func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ownsLocked(slot, slotHeld) {
+		return errors.New("cufile: CopyAsync of a slot not held from this stager")
+	}
+	err := c.checkCopy(slot, n, dst, dstOff)
+	if err == nil && n > 0 {
+		// Enqueued under the lock so that each stream's queue is in the
+		// stream's own order.
+		err = s.dev.run(func() error {
+			err := s.dev.copyAsync(c.stream.handle, slot.fence, slot.Buf[:n], dst, dstOff)
+			if err != nil {
+				// The copy may be enqueued without its fence: drain
+				// the stream before the slot can be filled again.
+				return errors.Join(err, s.dev.syncStream(c.stream.handle))
+			}
+			return nil
+		})
+		if err == nil {
+			s.seq++
+			slot.seq = s.seq
+			slot.state = slotCopying
+			c.stream.copying = append(c.stream.copying, slot)
+			s.notifyLocked()
+			return nil
+		}
+	}
+	s.freeLocked(slot)
+	s.notifyLocked()
+	return err
+}
+
+// checkCopy refuses a copy before anything is enqueued.
+func (c *copier) checkCopy(slot *Slot, n int, dst Allocation, dstOff uint64) error {
+	switch {
+	case c.closed:
+		return ErrClosed
+	case dst == nil:
+		return fmt.Errorf("%w: no allocation", ErrBadHandle)
+	case n < 0 || n > len(slot.Buf):
+		return fmt.Errorf("%w: %d bytes from a %d-byte slot", ErrOutOfRange, n, len(slot.Buf))
+	case dst.Device() != c.s.dev.ordinal():
+		return fmt.Errorf("%w: allocation on device %d, stager on device %d", ErrNoDevice, dst.Device(), c.s.dev.ordinal())
+	}
+	if size := dst.Size(); dstOff > size || uint64(n) > size-dstOff {
+		return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfRange, n, dstOff, size)
+	}
+	return nil
+}
+
+func (c *copier) Sync() error {
+	if c.closed {
+		return ErrClosed
+	}
+	return c.sync()
+}
+
+func (c *copier) sync() error {
+	s := c.s
+	start := time.Now()
+	err := s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+	addSince(&c.waited, start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := c.stream.err
+	c.stream.err = nil
+	if err == nil {
+		err = seen
+	}
+	return err
+}
+
+func (c *copier) Close() error {
+	if c.closed {
+		return nil
+	}
+	err := c.sync()
+	c.closed = true
+	s := c.s
+	s.mu.Lock()
+	c.stream.users--
+	s.copiers--
+	s.notifyLocked()
+	s.mu.Unlock()
+	return err
+}

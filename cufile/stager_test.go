@@ -1,0 +1,332 @@
+package cufile
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newTestStager(t *testing.T, b *hostStandin, cfg StagerConfig) Stager {
+	t.Helper()
+	st, err := b.NewStager(0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("stager Close: %v", err)
+		}
+	})
+	return st
+}
+
+func acquireWithin(st interface {
+	AcquireSlot(context.Context) (*Slot, error)
+}, d time.Duration) (*Slot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return st.AcquireSlot(ctx)
+}
+
+// Many requests share a small ring while copies lag behind fills: no slot
+// is ever handed out twice or refilled before its copy has landed, and
+// every byte arrives.
+func TestSlotRingReuseUnderConcurrency(t *testing.T) {
+	b, dir := standin(t)
+	b.copyDelay = 100 * time.Microsecond
+	const workers, chunks, slotSize = 8, 40, 4096
+	const region = chunks * slotSize
+	path := standinFile(t, dir, "buf", workers*region, 0)
+	a, err := b.Import(0, nameHandle("buf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 3, Streams: 2})
+
+	var holder [3]atomic.Int32 // which worker holds each slot, 0 for none
+	want := make([]byte, workers*region)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 1; w <= workers; w++ {
+		data := pattern(region, uint64(w))
+		copy(want[(w-1)*region:], data)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := st.NewCopier()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			off := uint64((w - 1) * region)
+			for i := 0; i < region; {
+				slot, err := c.AcquireSlot(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !holder[slot.index].CompareAndSwap(0, int32(w)) {
+					errs <- fmt.Errorf("slot %d handed to worker %d while worker %d holds it", slot.index, w, holder[slot.index].Load())
+					return
+				}
+				n := min(1+(i*7919)%slotSize, region-i) // odd sizes
+				copy(slot.Buf, data[i:i+n])
+				holder[slot.index].Store(0)
+				if err := c.CopyAsync(slot, n, a, off+uint64(i)); err != nil {
+					errs <- err
+					return
+				}
+				i += n
+			}
+			if err := c.Sync(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if fileSum(t, path) != sha256.Sum256(want) {
+		t.Fatal("file differs from what was copied")
+	}
+
+	// Every slot is back: three can be taken, a fourth cannot.
+	for i := range 3 {
+		if _, err := acquireWithin(st, time.Second); err != nil {
+			t.Fatalf("slot %d after the run: %v", i, err)
+		}
+	}
+	if _, err := acquireWithin(st, 20*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("fourth slot: %v; want DeadlineExceeded", err)
+	}
+	releaseAll(st)
+}
+
+// releaseAll gives back every held slot so the stager can close.
+func releaseAll(st Stager) {
+	s := st.(*stager)
+	for _, slot := range s.slots {
+		s.release(slot)
+	}
+}
+
+func TestAcquireSlotHonoursContext(t *testing.T) {
+	b, _ := standin(t)
+	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	slot, err := st.AcquireSlot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquireWithin(st, 20*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireSlot with every slot held = %v", err)
+	}
+
+	// A blocked acquirer gets the slot as soon as it is released.
+	got := make(chan *Slot)
+	go func() {
+		s, _ := acquireWithin(st, 5*time.Second)
+		got <- s
+	}()
+	time.Sleep(10 * time.Millisecond)
+	c, _ := st.NewCopier()
+	defer c.Close()
+	c.ReleaseSlot(slot)
+	if s := <-got; s != slot {
+		t.Fatalf("blocked acquirer got %v", s)
+	}
+	c.ReleaseSlot(slot)
+}
+
+// With one slot, the next acquire must wait for the copy to land; that
+// wait and Sync's count in WaitNanos.
+func TestAcquireWaitsForCopyAndCountsIt(t *testing.T) {
+	b, dir := standin(t)
+	const delay = 30 * time.Millisecond
+	b.copyDelay = delay
+	path := standinFile(t, dir, "buf", 128, 0)
+	a, err := b.Import(0, nameHandle("buf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	c, _ := st.NewCopier()
+	defer c.Close()
+
+	slot, _ := c.AcquireSlot(context.Background())
+	copy(slot.Buf, bytes.Repeat([]byte{1}, 64))
+	if err := c.CopyAsync(slot, 64, a, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	slot, err = c.AcquireSlot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < delay/2 {
+		t.Fatalf("slot came back after %v, before its copy (%v) could land", waited, delay)
+	}
+	// The first copy has landed before its slot was refilled.
+	if b, _ := os.ReadFile(path); !bytes.Equal(b[:64], bytes.Repeat([]byte{1}, 64)) {
+		t.Fatal("first copy not landed when its slot came back")
+	}
+	if c.WaitNanos() < int64(delay/2) {
+		t.Fatalf("WaitNanos = %v after waiting for a copy", time.Duration(c.WaitNanos()))
+	}
+	copy(slot.Buf, bytes.Repeat([]byte{2}, 64))
+	if err := c.CopyAsync(slot, 64, a, 64); err != nil {
+		t.Fatal(err)
+	}
+	before := c.WaitNanos()
+	if err := c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if c.WaitNanos()-before < int64(delay/2) {
+		t.Fatalf("Sync waited %v, not counted", time.Duration(c.WaitNanos()-before))
+	}
+	want := append(bytes.Repeat([]byte{1}, 64), bytes.Repeat([]byte{2}, 64)...)
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, want) {
+		t.Fatal("copies not landed after Sync")
+	}
+}
+
+func TestReleaseSlotTwiceIsHarmless(t *testing.T) {
+	b, _ := standin(t)
+	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 2, Streams: 1})
+	c, _ := st.NewCopier()
+	defer c.Close()
+	slot, _ := st.AcquireSlot(context.Background())
+	c.ReleaseSlot(slot)
+	c.ReleaseSlot(slot)
+	c.ReleaseSlot(nil)
+	s1, err1 := acquireWithin(st, time.Second)
+	s2, err2 := acquireWithin(st, time.Second)
+	if err1 != nil || err2 != nil || s1 == s2 {
+		t.Fatalf("two acquires: %p %v, %p %v", s1, err1, s2, err2)
+	}
+	if _, err := acquireWithin(st, 20*time.Millisecond); err == nil {
+		t.Fatal("a third slot appeared after a double release")
+	}
+	c.ReleaseSlot(s1)
+	c.ReleaseSlot(s2)
+}
+
+func TestCopyAsyncRefusesSlotsNotHeld(t *testing.T) {
+	b, dir := standin(t)
+	standinFile(t, dir, "buf", 100, 0)
+	a, _ := b.Import(0, nameHandle("buf"))
+	defer a.Close()
+	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	other := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	c, _ := st.NewCopier()
+	defer c.Close()
+
+	foreign, _ := other.AcquireSlot(context.Background())
+	if err := c.CopyAsync(foreign, 1, a, 0); err == nil {
+		t.Error("CopyAsync took another stager's slot")
+	}
+	releaseAll(other)
+
+	slot, _ := c.AcquireSlot(context.Background())
+	c.ReleaseSlot(slot)
+	if err := c.CopyAsync(slot, 1, a, 0); err == nil {
+		t.Error("CopyAsync took a released slot")
+	}
+	if err := c.CopyAsync(&Slot{Buf: make([]byte, 64)}, 1, a, 0); err == nil {
+		t.Error("CopyAsync took a made-up slot")
+	}
+}
+
+func TestStagerCloseWhileBusy(t *testing.T) {
+	b, _ := standin(t)
+	st, err := b.NewStager(0, StagerConfig{SlotSize: 64, Slots: 2, Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, _ := st.AcquireSlot(context.Background())
+	if err := st.Close(); err == nil {
+		t.Fatal("Close with a slot held succeeded")
+	}
+	c, _ := st.NewCopier()
+	c.ReleaseSlot(slot)
+	if err := st.Close(); err == nil {
+		t.Fatal("Close with a copier open succeeded")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second copier Close: %v", err)
+	}
+	if err := c.Sync(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Sync after Close = %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := st.AcquireSlot(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("AcquireSlot after Close = %v", err)
+	}
+	if _, err := st.NewCopier(); !errors.Is(err, ErrClosed) {
+		t.Errorf("NewCopier after Close = %v", err)
+	}
+}
+
+func TestCopiersSpreadOverStreams(t *testing.T) {
+	b, _ := standin(t)
+	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 2})
+	var cs []*copier
+	for range 4 {
+		c, err := st.NewCopier()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c.(*copier))
+	}
+	if cs[0].stream == cs[1].stream || cs[2].stream == cs[3].stream {
+		t.Fatal("copiers share a stream while another is idle")
+	}
+	// Free one stream: the next copier gets it to itself.
+	idle := cs[0].stream
+	if cs[2].stream != idle {
+		t.Fatal("third copier not on the first stream")
+	}
+	cs[0].Close()
+	cs[2].Close()
+	c, _ := st.NewCopier()
+	if got := c.(*copier).stream; got != idle || got.users != 1 {
+		t.Error("new copier not on the idle stream")
+	}
+	c.Close()
+	cs[1].Close()
+	cs[3].Close()
+}
+
+func TestStagerConfig(t *testing.T) {
+	b, _ := standin(t)
+	st := newTestStager(t, b, StagerConfig{Slots: 2})
+	slot, _ := st.AcquireSlot(context.Background())
+	if len(slot.Buf) != DefaultSlotSize || len(st.(*stager).streams) != DefaultStreams {
+		t.Errorf("defaults: slot %d bytes, %d streams", len(slot.Buf), len(st.(*stager).streams))
+	}
+	releaseAll(st)
+	for _, cfg := range []StagerConfig{{SlotSize: -1}, {Slots: -1}, {Streams: -1}, {SlotSize: 1 << 62, Slots: 4}} {
+		if _, err := b.NewStager(0, cfg); err == nil {
+			t.Errorf("NewStager(%+v) succeeded", cfg)
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/abi"
+	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+// gpuMount mounts bucket with the host stand-in in place of CUDA: buffers
+// are files in the returned directory (a test aid; see docs/ioctl.md).
+func gpuMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (mp, bufDir string, d *daemon.Daemon) {
+	t.Helper()
+	bufDir = t.TempDir()
+	mp, d = mountOf(t, srv, bucket, func(c *daemon.Config) {
+		c.GPU.Mode = "host-standin"
+		c.GPU.StandinDir = bufDir
+		c.GPU.Engine.Staging.SlotSize = 1 << 20
+		c.GPU.Engine.Staging.Slots = 8
+		if tune != nil {
+			tune(c)
+		}
+	})
+	return mp, bufDir, d
+}
+
+// hostBuffer makes a stand-in "device allocation" of size bytes filled with
+// fill, and returns the name to put in the request.
+func hostBuffer(t *testing.T, dir, name string, size int, fill byte) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), bytes.Repeat([]byte{fill}, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func hostRequest(name string, off, length, dstOff uint64) *abi.ReadRequest {
+	r := abi.NewReadRequest()
+	r.Flags = abi.FlagHostBuffer
+	r.Offset, r.Length, r.DstOffset = off, length, dstOff
+	copy(r.IPCHandle[:], name)
+	return &r
+}
+
+func TestGPUReadsLandByteExactAndAreCounted(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 9<<20 + 4321 // not a multiple of the slot
+	srv.PutRandomObject(t, "data", "obj", size, 11)
+	mp, dir, d := gpuMount(t, srv, "data", nil)
+
+	f, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bufSize, dstOff = 12 << 20, 4096 + 123
+	buf := hostBuffer(t, dir, "buf", bufSize, 0xEE)
+	res, err := s3gds.Read(f, hostRequest(buf, 0, size, dstOff))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != size || res.HTTPBytes != size || res.RDMABytes != 0 || res.Transport != abi.TransportHTTP || res.Decline != abi.DeclineNone {
+		t.Fatalf("result %+v; want %d bytes over http, no decline", res, size)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, buf))
+	if sha256.Sum256(got[dstOff:dstOff+size]) != sha256.Sum256(testenv.RandomBytes(11, 0, size)) {
+		t.Fatal("bytes in the buffer differ from the object")
+	}
+	if !bytes.Equal(got[:dstOff], bytes.Repeat([]byte{0xEE}, dstOff)) || !bytes.Equal(got[dstOff+size:], bytes.Repeat([]byte{0xEE}, bufSize-dstOff-size)) {
+		t.Fatal("bytes outside the destination range were written")
+	}
+
+	// Past the end: short. Zero length: nothing.
+	res, err = s3gds.Read(f, hostRequest(buf, size-100, 1<<20, 0))
+	if err != nil || res.Bytes != 100 {
+		t.Fatalf("read across EOF: %+v %v; want 100 bytes", res, err)
+	}
+	res, err = s3gds.Read(f, hostRequest(buf, 5, 0, 0))
+	if err != nil || res.Bytes != 0 || res.Transport != abi.TransportNone {
+		t.Fatalf("zero-length read: %+v %v", res, err)
+	}
+
+	snap, _ := d.Metrics.Snapshot()
+	if got := snap["gpu_read_bytes_total"].(map[string]float64)["http"]; got != size+100 {
+		t.Fatalf("gpu_read_bytes_total{http} = %v, want %d", got, size+100)
+	}
+	if got := snap["gpu_read_bytes_total"].(map[string]float64)["rdma"]; got != 0 {
+		t.Fatalf("gpu_read_bytes_total{rdma} = %v, want 0", got)
+	}
+	if got := snap["posix_read_bytes_total"].(float64); got != 0 {
+		t.Fatalf("GPU reads counted as POSIX reads: %v", got)
+	}
+	if d.GPU.Imports().OpenImports() != 1 {
+		t.Fatalf("open imports %d while the file is open, want 1 (reused)", d.GPU.Imports().OpenImports())
+	}
+	f.Close()
+	waitUntil(t, "imports closed after the last file closed", func() bool { return d.GPU.Imports().OpenImports() == 0 })
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 600; i++ {
+		if cond() {
+			return
+		}
+		time := 10 * 1e6
+		syscall.Nanosleep(&syscall.Timespec{Nsec: int64(time)}, nil)
+	}
+	t.Fatalf("timed out waiting: %s", what)
+}
+
+func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutRandomObject(t, "data", "obj", 3<<20, 12)
+	mp, dir, _ := gpuMount(t, srv, "data", nil)
+	f, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := hostBuffer(t, dir, "small", 1<<20, 0x11)
+	before, _ := os.ReadFile(filepath.Join(dir, buf))
+
+	cases := []struct {
+		name string
+		req  func() *abi.ReadRequest
+		want unix.Errno
+	}{
+		{"destination past the allocation", func() *abi.ReadRequest { return hostRequest(buf, 0, 2<<20, 0) }, unix.ERANGE},
+		{"destination offset past the allocation", func() *abi.ReadRequest { return hostRequest(buf, 0, 10, 1<<20) }, unix.ERANGE},
+		{"handle that does not open", func() *abi.ReadRequest { return hostRequest("no-such-buffer", 0, 10, 0) }, unix.EBADF},
+		{"handle escaping the directory", func() *abi.ReadRequest { return hostRequest("../../etc/passwd", 0, 10, 0) }, unix.EBADF},
+		{"device that does not exist", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Device = 3; return r }, unix.ENODEV},
+		{"CUDA handle to a host stand-in daemon", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Flags = 0; return r }, unix.EINVAL},
+		{"unknown flags", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Flags |= 1 << 9; return r }, unix.EINVAL},
+		{"rdma only without RDMA", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Flags |= abi.FlagRDMAOnly; return r }, unix.ECANCELED},
+		{"length past the allocation even at EOF", func() *abi.ReadRequest { return hostRequest(buf, 3<<20-10, 1<<20+1, 0) }, unix.ERANGE},
+	}
+	for _, c := range cases {
+		_, err := s3gds.Read(f, c.req())
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	// Wrong version and size go through the raw ioctl (the client fills them in).
+	for name, mutate := range map[string]func([]byte){
+		"version": func(b []byte) { b[4] = 9 },
+		"size":    func(b []byte) { b[0] = 128 },
+	} {
+		raw := hostRequest(buf, 0, 10, 0)
+		raw.Size, raw.Version = abi.Size, abi.Version
+		b := raw.Encode()
+		mutate(b)
+		if err := rawIoctl(f, abi.IocRead, b); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("wrong %s: %v, want EINVAL", name, err)
+		}
+	}
+	// Another ioctl number (another size encoded in it): not ours.
+	if err := rawIoctl(f, abi.IOWR('S', 1, 128), make([]byte, 128)); !errors.Is(err, unix.ENOTTY) && !errors.Is(err, unix.EINVAL) {
+		t.Errorf("foreign ioctl: %v, want ENOTTY", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, buf))
+	if !bytes.Equal(before, after) {
+		t.Fatal("a refused request wrote into the buffer")
+	}
+	// The daemon still serves.
+	if res, err := s3gds.Read(f, hostRequest(buf, 0, 1<<20, 0)); err != nil || res.Bytes != 1<<20 {
+		t.Fatalf("valid read after bad ones: %+v %v", res, err)
+	}
+}
+
+func rawIoctl(f *os.File, cmd uint32, b []byte) error {
+	conn, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errno unix.Errno
+	conn.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, uintptr(cmd), uintptr(unsafePointer(b)))
+	})
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func TestGPUConcurrentReadersEachWithOwnBuffer(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 6<<20 + 77
+	for i := range 4 {
+		srv.PutRandomObject(t, "data", fmt.Sprintf("o%d", i), size, int64(20+i))
+	}
+	mp, dir, d := gpuMount(t, srv, "data", nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("o%d", w%4)
+			buf := hostBuffer(t, dir, fmt.Sprintf("b%d", w), size+1000, 0)
+			f, err := os.Open(filepath.Join(mp, key))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			for round := range 3 {
+				res, err := s3gds.Read(f, hostRequest(buf, 0, size, uint64(round*100)))
+				if err != nil || res.Bytes != size {
+					errs <- fmt.Errorf("worker %d round %d: %+v %v", w, round, res, err)
+					return
+				}
+				got, _ := os.ReadFile(filepath.Join(dir, buf))
+				if sha256.Sum256(got[round*100:round*100+size]) != sha256.Sum256(testenv.RandomBytes(int64(20+w%4), 0, size)) {
+					errs <- fmt.Errorf("worker %d round %d: bytes differ", w, round)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitUntil(t, "imports closed", func() bool { return d.GPU.Imports().OpenImports() == 0 })
+}
+
+// TestMain doubles as a helper process for tests that need a caller other
+// than the test itself.
+func TestMain(m *testing.M) {
+	if os.Getenv("S3GDSFS_TEST_IOCTL_AS_CHILD") != "" {
+		os.Exit(childIoctl())
+	}
+	os.Exit(m.Run())
+}
+
+// childIoctl issues one GPU read on fd 3 (inherited) and exits with the errno.
+func childIoctl() int {
+	f := os.NewFile(3, "inherited")
+	_, err := s3gds.Read(f, hostRequest(os.Getenv("S3GDSFS_TEST_BUF"), 0, 10, 0))
+	var en unix.Errno
+	if errors.As(err, &en) {
+		return int(en)
+	}
+	if err != nil {
+		return 255
+	}
+	return 0
+}
+
+func TestGPUReadByCallerWithoutReadPermissionIsEACCES(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "secret", []byte("not for everyone"))
+	mp, dir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.FS.FileMode = 0o440
+		c.FS.UID, c.FS.GID = 0, 0
+	})
+	buf := hostBuffer(t, dir, "b", 4096, 0)
+	os.Chmod(filepath.Join(dir, buf), 0o666)
+	f, err := os.Open(filepath.Join(mp, "secret")) // root may open it...
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// ... and hands the descriptor to a process running as nobody.
+	// The test binary lives in a directory only root may enter: copy it.
+	exeDir, err := os.MkdirTemp("", "s3gdsfs-child-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(exeDir)
+	os.Chmod(exeDir, 0o755)
+	exe := filepath.Join(exeDir, "child")
+	if b, err := os.ReadFile(os.Args[0]); err != nil || os.WriteFile(exe, b, 0o755) != nil {
+		t.Fatalf("copy test binary: %v", err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "S3GDSFS_TEST_IOCTL_AS_CHILD=1", "S3GDSFS_TEST_BUF="+buf)
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || unix.Errno(ee.ExitCode()) != unix.EACCES {
+		t.Fatalf("child as nobody: %v (%s), want exit with EACCES (%d)", err, strings.TrimSpace(string(out)), unix.EACCES)
+	}
+}
+
+func TestPythonClientReadsIntoHostBuffer(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	sum := srv.PutRandomObject(t, "data", "x/sample.bin", 5<<20+3, 31)
+	mp, _, _ := gpuMount(t, srv, "data", func(c *daemon.Config) { c.GPU.StandinDir = "/dev/shm" })
+	script := `
+import hashlib, json, sys
+import s3gds
+path = sys.argv[1]
+with s3gds.HostBuffer(6 << 20) as buf:
+    r = s3gds.read_into(buf, path)
+    data = buf.tobytes()[: r.nbytes]
+print(json.dumps({"nbytes": r.nbytes, "transport": r.transport, "decline": r.decline_reason,
+                  "sha256": hashlib.sha256(data).hexdigest(), "caps": s3gds.caps(path)["cuda_backend"],
+                  "http": s3gds.stats(path)["counters"]["gpu_http_bytes"]}))
+`
+	cmd := exec.Command(py, "-c", script, filepath.Join(mp, "x", "sample.bin"))
+	root, _ := filepath.Abs("..")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "client", "python"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python client: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf(`{"nbytes": %d, "transport": "http", "decline": null, "sha256": "%s", "caps": "host-standin", "http": %d}`, 5<<20+3, sum, 5<<20+3)
+	if strings.TrimSpace(string(out)) != want {
+		t.Fatalf("python client said\n%s\nwant\n%s", out, want)
+	}
+}

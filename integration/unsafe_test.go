@@ -1,0 +1,5 @@
+package integration
+
+import "unsafe"
+
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }

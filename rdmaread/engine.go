@@ -1,0 +1,362 @@
+// Package rdmaread is the GPU read engine: it takes a request to place a
+// range of an object into a caller's device buffer and carries it, over
+// RDMA where a fabric serves it, otherwise over HTTP into pinned staging
+// slots that are copied to the device while the next ones fill. Every
+// result says how its bytes travelled and, for a declined RDMA transfer, why.
+package rdmaread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/abi"
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// Config tunes the engine; zero fields take the defaults.
+type Config struct {
+	// Streams is how many ranged GETs one request runs at once.
+	Streams int
+	// MaxGets bounds ranged GETs in flight across all GPU requests.
+	MaxGets int
+	// Staging sizes each device's pinned ring; a chunk of a request is one slot.
+	Staging     cufile.StagerConfig
+	ReadTimeout time.Duration
+	Retries     int
+}
+
+// Defaults: four streams per request saturate loopback and a 100 GbE link
+// from one reader, and eight such readers share a ring of 32 x 8 MiB pinned
+// slots (256 MiB per device) without waiting on each other for slots.
+const (
+	DefaultStreams  = 4
+	DefaultMaxGets  = 64
+	DefaultSlotSize = 8 << 20
+	DefaultSlots    = 32
+	DefaultCopiers  = 8
+)
+
+func (c *Config) applyDefaults() {
+	if c.Streams <= 0 {
+		c.Streams = DefaultStreams
+	}
+	if c.MaxGets <= 0 {
+		c.MaxGets = DefaultMaxGets
+	}
+	if c.Staging.SlotSize <= 0 {
+		c.Staging.SlotSize = DefaultSlotSize
+	}
+	if c.Staging.Slots <= 0 {
+		c.Staging.Slots = DefaultSlots
+	}
+	if c.Staging.Streams <= 0 {
+		c.Staging.Streams = DefaultCopiers
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.Retries < 0 {
+		c.Retries = 0
+	} else if c.Retries == 0 {
+		c.Retries = 3
+	}
+}
+
+// Request is one GPU read.
+type Request struct {
+	Bucket, Key string
+	Version     objstore.Version // pinned at open
+	Offset      int64
+	Length      int64
+	Device      int
+	Handle      cufile.Handle // CUDA IPC handle of the allocation's base
+	DstOffset   uint64        // where in the allocation the bytes go
+	Flags       abi.Flags
+	Owner       int // the caller's process, which holds the import
+}
+
+// Result says what a read delivered and how.
+type Result struct {
+	Bytes     int64
+	RDMABytes int64
+	HTTPBytes int64
+	Transport abi.Transport
+	Decline   abi.Decline
+	Elapsed   time.Duration
+	// CopyWait is time spent blocked on device copies: waiting for a free
+	// pinned slot and for the final synchronisation.
+	CopyWait time.Duration
+}
+
+// Errors the fs layer maps to errnos (docs/ioctl.md).
+var (
+	ErrNoRDMA      = errors.New("RDMA required and this daemon has no RDMA transport (--rdma=off)")
+	ErrOutOfBounds = errors.New("destination range outside the allocation")
+)
+
+// Engine carries GPU reads. One engine serves every caller of the daemon.
+type Engine struct {
+	store   objstore.Store
+	backend cufile.Backend
+	imports *cufile.ImportCache
+	m       *metrics.Set
+	log     *slog.Logger
+	cfg     Config
+	gets    chan struct{} // semaphore of ranged GETs in flight
+
+	mu      sync.Mutex
+	stagers map[int]cufile.Stager
+}
+
+// New builds an engine over a CUDA backend (or the host stand-in).
+func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Set, log *slog.Logger) *Engine {
+	cfg.applyDefaults()
+	return &Engine{
+		store:   store,
+		backend: backend,
+		imports: cufile.NewImportCache(backend),
+		m:       m,
+		log:     log,
+		cfg:     cfg,
+		gets:    make(chan struct{}, cfg.MaxGets),
+		stagers: make(map[int]cufile.Stager),
+	}
+}
+
+// Backend is the CUDA layer the engine writes through.
+func (e *Engine) Backend() cufile.Backend { return e.backend }
+
+// Imports is the engine's import cache; the fs layer releases a caller's
+// imports when its files close.
+func (e *Engine) Imports() *cufile.ImportCache { return e.imports }
+
+// stager returns the device's staging ring, creating it on first use.
+func (e *Engine) stager(device int) (cufile.Stager, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.stagers[device]; ok {
+		return s, nil
+	}
+	s, err := e.backend.NewStager(device, e.cfg.Staging)
+	if err != nil {
+		return nil, err
+	}
+	e.stagers[device] = s
+	return s, nil
+}
+
+// Read places the request's range into the caller's buffer. A range past
+// the end of the object is short; a zero length reads nothing.
+func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
+	start := time.Now()
+	if r.Offset < 0 || r.Length < 0 {
+		return Result{}, fmt.Errorf("%w: negative offset or length", abi.ErrInvalid)
+	}
+	if r.Flags&abi.FlagRDMAOnly != 0 {
+		// RDMA was required and there is none: a decline that may not fall back.
+		e.m.GPUDeclined.WithLabelValues(abi.DeclineRDMAUnavailable.String()).Inc()
+		return Result{Decline: abi.DeclineRDMAUnavailable}, ErrNoRDMA
+	}
+	alloc, err := e.imports.Acquire(r.Owner, r.Device, r.Handle)
+	if err != nil {
+		return Result{}, err
+	}
+	defer e.imports.Put(alloc)
+	e.m.GPUImportsOpen.Set(float64(e.imports.OpenImports()))
+	// The whole requested range must fit, whatever the object's size: a
+	// caller's buffer is checked before a byte is written.
+	if r.DstOffset > alloc.Size() || uint64(r.Length) > alloc.Size()-r.DstOffset {
+		return Result{}, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfBounds, r.Length, r.DstOffset, alloc.Size())
+	}
+	n := min(r.Length, max(r.Version.Size-r.Offset, 0))
+	if n == 0 {
+		return Result{Elapsed: time.Since(start)}, nil
+	}
+	res, err := e.readHTTP(ctx, r, n, alloc)
+	res.Elapsed = time.Since(start)
+	if err != nil {
+		return res, err
+	}
+	e.m.GPUReadBytes.WithLabelValues("http").Add(float64(res.HTTPBytes))
+	e.m.GPUReads.WithLabelValues("http").Inc()
+	e.m.GPUReadSeconds.WithLabelValues("http").Observe(res.Elapsed.Seconds())
+	e.m.GPUCopyWait.Add(res.CopyWait.Seconds())
+	return res, nil
+}
+
+// filled is a slot whose bytes are in, on its way to the copy stream.
+type filled struct {
+	slot   *cufile.Slot
+	n      int
+	dstOff uint64
+	err    error
+}
+
+// readHTTP fetches the range in slot-sized chunks with parallel ranged GETs
+// into pinned slots; this goroutine enqueues each filled slot's device copy
+// (a copier is not safe for concurrent use) while the others keep filling,
+// then waits for the copies once.
+func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
+	stager, err := e.stager(r.Device)
+	if err != nil {
+		return Result{}, err
+	}
+	copier, err := stager.NewCopier()
+	if err != nil {
+		return Result{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	chunk := int64(e.cfg.Staging.SlotSize)
+	chunks := (n + chunk - 1) / chunk
+	workers := min(int64(e.cfg.Streams), chunks)
+	var next atomic.Int64
+	var slotWait atomic.Int64
+	out := make(chan filled, workers)
+	var wg sync.WaitGroup
+	e.m.GPUBytesInFlight.Add(float64(n))
+	defer e.m.GPUBytesInFlight.Sub(float64(n))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= chunks || ctx.Err() != nil {
+					return
+				}
+				off := i * chunk
+				size := min(chunk, n-off)
+				t0 := time.Now()
+				slot, err := stager.AcquireSlot(ctx)
+				slotWait.Add(int64(time.Since(t0)))
+				if err != nil {
+					out <- filled{err: err}
+					return
+				}
+				err = e.fetch(ctx, r, r.Offset+off, slot.Buf[:size])
+				out <- filled{slot: slot, n: int(size), dstOff: r.DstOffset + uint64(off), err: err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(out) }()
+
+	var firstErr error
+	for f := range out {
+		switch {
+		case f.err != nil:
+			if f.slot != nil {
+				copier.ReleaseSlot(f.slot)
+			}
+			if firstErr == nil {
+				firstErr = f.err
+				cancel()
+			}
+		case firstErr != nil:
+			copier.ReleaseSlot(f.slot)
+		default:
+			if err := copier.CopyAsync(f.slot, f.n, alloc, f.dstOff); err != nil {
+				firstErr = err
+				cancel()
+			}
+		}
+	}
+	t0 := time.Now()
+	syncErr := copier.Close() // synchronises the stream: bytes are visible once it returns
+	wait := time.Duration(slotWait.Load()) + time.Since(t0)
+	if firstErr == nil {
+		firstErr = syncErr
+	}
+	if firstErr != nil {
+		return Result{CopyWait: wait}, firstErr
+	}
+	return Result{Bytes: n, HTTPBytes: n, Transport: abi.TransportHTTP, CopyWait: wait}, nil
+}
+
+// fetch reads exactly len(p) bytes at off into p with one ranged GET,
+// sending it again after a transient failure.
+func (e *Engine) fetch(ctx context.Context, r Request, off int64, p []byte) error {
+	var err error
+	for attempt := 0; attempt <= e.cfg.Retries; attempt++ {
+		if attempt > 0 {
+			if !objstore.IsRetryable(err) {
+				return err
+			}
+			e.m.ReadRetries.Inc()
+			select {
+			case <-time.After(objstore.Backoff(attempt)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case e.gets <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err = e.fetchOnce(ctx, r, off, p)
+		<-e.gets
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func (e *Engine) fetchOnce(ctx context.Context, r Request, off int64, p []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
+	guard.Start(cancel)
+	defer guard.Stop()
+	body, err := e.store.GetRange(ctx, r.Bucket, r.Key, off, int64(len(p)), r.Version)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	return guard.ReadFull(ctx, body, p)
+}
+
+// ReleaseOwner closes a caller's imports (its files are all closed).
+func (e *Engine) ReleaseOwner(owner int) {
+	if err := e.imports.ReleaseOwner(owner); err != nil {
+		e.log.Warn("closing a caller's imports", "pid", owner, "err", err)
+	}
+	e.m.GPUImportsOpen.Set(float64(e.imports.OpenImports()))
+}
+
+// Reap closes the imports of callers whose process has exited; the daemon
+// runs it periodically so a killed reader's buffers are not held.
+func (e *Engine) Reap() {
+	n, err := e.imports.Reap(cufile.ProcessAlive)
+	if err != nil {
+		e.log.Warn("closing imports of exited callers", "err", err)
+	}
+	if n > 0 {
+		e.log.Debug("closed imports of exited callers", "callers", n)
+	}
+	e.m.GPUImportsOpen.Set(float64(e.imports.OpenImports()))
+}
+
+// Close waits for copies and frees staging memory.
+func (e *Engine) Close() error {
+	e.imports.Close()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	for _, s := range e.stagers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -12,11 +12,14 @@ import (
 
 // errno maps the core's errors onto what read(2) and friends may return.
 func errno(err error) syscall.Errno {
-	var en syscall.Errno
+	// Only an errno the core returns as such passes through: one found
+	// deeper in the chain comes from the S3 connection (ECONNRESET,
+	// ECONNREFUSED, ...) and means nothing about the file, so it is EIO.
+	en, bare := err.(syscall.Errno)
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &en):
+	case bare:
 		return en
 	case errors.Is(err, objstore.ErrNotFound), errors.Is(err, objstore.ErrNoBucket):
 		return syscall.ENOENT

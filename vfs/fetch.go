@@ -232,7 +232,7 @@ func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pen
 	defer guard.Stop()
 	body, err := fe.f.store.GetRange(ctx, o.bucket, o.key, off, end-off, o.version)
 	if err != nil {
-		return 0, err
+		return 0, guard.Err(err)
 	}
 	defer body.Close()
 	for i, b := range blks {
@@ -240,6 +240,13 @@ func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pen
 		b.Data = b.Data[:want]
 		if err := guard.ReadFull(ctx, body, b.Data); err != nil {
 			return i, err
+		}
+		// A body longer than the range was not the range: the last block
+		// is published only once the body is known to end where it should.
+		if i == len(blks)-1 {
+			if err := objstore.CheckEnd(body); err != nil {
+				return i, err
+			}
 		}
 		fe.complete(o, first+int64(i), b, pends[i], nil)
 	}

@@ -91,6 +91,35 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// ReadView is ReadAt without the copy: when [off, off+n) lies inside one
+// block (the kernel's aligned reads do), it returns that block's bytes and a
+// release to call once they are sent. Otherwise it returns a nil view and
+// the caller uses ReadAt.
+func (h *Handle) ReadView(ctx context.Context, off int64, n int) ([]byte, func(), error) {
+	size := h.obj.version.Size
+	if off >= size || n == 0 {
+		return []byte{}, func() {}, nil
+	}
+	end := min(off+int64(n), size)
+	bs := int64(h.f.cfg.BlockSize)
+	idx := off / bs
+	if (end-1)/bs != idx {
+		return nil, nil, nil
+	}
+	h.plan(off, end)
+	blk, err := h.f.fetch.get(ctx, h.obj, idx)
+	if err != nil {
+		return nil, nil, err
+	}
+	lo, hi := off-idx*bs, end-idx*bs
+	if hi > int64(len(blk.Data)) {
+		blk.Release()
+		return nil, nil, fmt.Errorf("block %d of %s/%s holds %d bytes, want %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), hi)
+	}
+	h.f.m.PosixReadBytes.Add(float64(end - off))
+	return blk.Data[lo:hi], blk.Release, nil
+}
+
 // plan updates the sequential-read state and starts prefetches. A
 // sequential reader keeps up to window bytes requested ahead of it; new
 // requests go out once less than half the window is left, so they are

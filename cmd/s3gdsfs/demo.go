@@ -97,6 +97,7 @@ func runDemo(args []string) error {
 		Mountpoint:  mp,
 		S3:          objstore.Config{Endpoint: endpoint, Region: "us-east-1", Credentials: daemon.StaticCredentials(demoAccess, demoSecret)},
 		MetricsAddr: maddr,
+		ReadAhead:   daemon.DefaultReadAhead,
 		Log:         log,
 	}
 	cfg.Core.Bucket = demoBucket

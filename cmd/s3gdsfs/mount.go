@@ -31,7 +31,7 @@ type mountFlags struct {
 	fileMode, dirMode                  modeFlag
 	allowOther                         bool
 	memoryLimit, cacheSize             sizeFlag
-	blockSize, partSize                sizeFlag
+	blockSize, partSize, readAhead     sizeFlag
 	initialWindow, maxWindow           sizeFlag
 	metaTTL, negativeTTL               time.Duration
 	connectTimeout, readTimeout        time.Duration
@@ -39,7 +39,7 @@ type mountFlags struct {
 	metricsAddr                        string
 	logLevel, logFile                  string
 	foreground                         bool
-	debugFUSE                          bool
+	debugFUSE, directIO                bool
 	gpu, standinDir                    string
 	gpuStreams, stagingSlots           int
 	stagingSlotSize                    sizeFlag
@@ -64,6 +64,8 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.Var(&mf.memoryLimit, "memory-limit", "all block memory: prefetch buffers and cache")
 	fs.Var(&mf.cacheSize, "cache-size", "block cache, part of --memory-limit")
 	fs.Var(&mf.blockSize, "block-size", "unit of caching and of random reads")
+	mf.readAhead = daemon.DefaultReadAhead
+	fs.Var(&mf.readAhead, "read-ahead", "kernel readahead for the mount (0 keeps the kernel's 128KiB; needs root)")
 	fs.Var(&mf.partSize, "part-size", "bytes per ranged GET of a sequential reader")
 	fs.Var(&mf.initialWindow, "initial-window", "first prefetch window of a sequential reader")
 	fs.Var(&mf.maxWindow, "max-window", "largest prefetch window per open file")
@@ -77,6 +79,7 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
 	fs.BoolVar(&mf.foreground, "foreground", true, "stay in the foreground (the mount helper form goes to the background unless -o foreground)")
 	fs.BoolVar(&mf.debugFUSE, "debug-fuse", false, "log every FUSE request")
+	fs.BoolVar(&mf.directIO, "direct-io", false, "bypass the kernel page cache (reads reach the daemon in the caller's sizes; nothing is cached across opens)")
 	fs.StringVar(&mf.gpu, "gpu", "auto", "GPU reads: auto (CUDA when the driver loads), off, or host-standin (a test aid: files under --host-standin-dir stand in for device memory)")
 	fs.StringVar(&mf.standinDir, "host-standin-dir", "/dev/shm", "directory of host stand-in buffers, with --gpu=host-standin")
 	fs.IntVar(&mf.gpuStreams, "gpu-streams", rdmaread.DefaultStreams, "parallel ranged GETs per GPU read")
@@ -249,6 +252,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			AllowOther: mf.allowOther,
 			FsName:     "s3gdsfs:" + mf.bucket,
 			Debug:      mf.debugFUSE,
+			DirectIO:   mf.directIO,
 		},
 		GPU: daemon.GPUConfig{
 			Mode:       mf.gpu,
@@ -260,6 +264,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},
 			},
 		},
+		ReadAhead:    int64(mf.readAhead),
 		MetricsAddr:  metrics,
 		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
 		Log:          log,

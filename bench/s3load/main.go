@@ -1,0 +1,171 @@
+// Command s3load uploads generated objects and measures raw minio-go GETs,
+// the reference the GPU benchmarks divide by. It is built statically and
+// carried to machines without Go.
+//
+//	s3load put --endpoint URL --bucket B --prefix P --count N --size BYTES [--seed S]
+//	s3load get --endpoint URL --bucket B --keys k1,k2,... --workers W [--seconds T]
+//
+// Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
+// Output is one JSON object on stdout.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: s3load put|get [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "put":
+		err = put(os.Args[2:])
+	case "get":
+		err = get(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q: use put or get", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "s3load:", err)
+		os.Exit(1)
+	}
+}
+
+func client(endpoint string) (*minio.Client, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("--endpoint %q: want http://host:port", endpoint)
+	}
+	return minio.New(u.Host, &minio.Options{
+		Creds:        credentials.NewStaticV4(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), ""),
+		Secure:       u.Scheme == "https",
+		Region:       "us-east-1",
+		BucketLookup: minio.BucketLookupPath,
+	})
+}
+
+func put(args []string) error {
+	fs := flag.NewFlagSet("put", flag.ContinueOnError)
+	endpoint := fs.String("endpoint", "", "S3 endpoint")
+	bucket := fs.String("bucket", "", "bucket (created if missing)")
+	prefix := fs.String("prefix", "obj-", "key prefix")
+	count := fs.Int("count", 1, "objects")
+	size := fs.Int64("size", 1<<20, "bytes per object")
+	seed := fs.Int64("seed", 1, "first seed; object i uses seed+i")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cli, err := client(*endpoint)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if ok, _ := cli.BucketExists(ctx, *bucket); !ok {
+		if err := cli.MakeBucket(ctx, *bucket, minio.MakeBucketOptions{}); err != nil {
+			return err
+		}
+	}
+	type obj struct {
+		Key    string `json:"key"`
+		Size   int64  `json:"size"`
+		SHA256 string `json:"sha256"`
+	}
+	out := make([]obj, *count)
+	var wg sync.WaitGroup
+	errs := make(chan error, *count)
+	for i := range *count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("%s%04d", *prefix, i)
+			h := sha256.New()
+			r := io.TeeReader(testenv.RandomData(*size, *seed+int64(i)), h)
+			if _, err := cli.PutObject(ctx, *bucket, key, r, *size, minio.PutObjectOptions{PartSize: 64 << 20}); err != nil {
+				errs <- err
+				return
+			}
+			out[i] = obj{key, *size, hex.EncodeToString(h.Sum(nil))}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"objects": out})
+}
+
+func get(args []string) error {
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	endpoint := fs.String("endpoint", "", "S3 endpoint")
+	bucket := fs.String("bucket", "", "bucket")
+	keys := fs.String("keys", "", "comma-separated keys, read whole, round robin")
+	workers := fs.Int("workers", 8, "concurrent GETs")
+	seconds := fs.Float64("seconds", 10, "how long to read")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cli, err := client(*endpoint)
+	if err != nil {
+		return err
+	}
+	list := strings.Split(*keys, ",")
+	var total, ops atomic.Int64
+	var next atomic.Int64
+	deadline := time.Now().Add(time.Duration(*seconds * float64(time.Second)))
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, *workers)
+	for range *workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4<<20)
+			for time.Now().Before(deadline) {
+				key := list[int(next.Add(1)-1)%len(list)]
+				obj, err := cli.GetObject(context.Background(), *bucket, key, minio.GetObjectOptions{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				n, err := io.CopyBuffer(io.Discard, obj, buf)
+				obj.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+				total.Add(n)
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"workers": *workers, "bytes": total.Load(), "ops": ops.Load(), "seconds": el,
+		"gbps": float64(total.Load()) / el / 1e9, "ops_per_s": float64(ops.Load()) / el,
+	})
+}

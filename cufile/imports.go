@@ -28,6 +28,8 @@ type ImportCache struct {
 	entries map[importKey]*importEntry
 	byAlloc map[Allocation]*importEntry
 	owners  map[int]map[importKey]bool
+
+	beforeClose func(Allocation)
 }
 
 type importKey struct {
@@ -93,7 +95,7 @@ func (c *ImportCache) Put(a Allocation) error {
 	e.inUse--
 	closing := c.dropIfUnusedLocked(e)
 	c.mu.Unlock()
-	return closeAll(closing)
+	return c.closeAll(closing)
 }
 
 // ReleaseOwner drops every reference owner holds; imports no one else holds
@@ -102,7 +104,7 @@ func (c *ImportCache) ReleaseOwner(owner int) error {
 	c.mu.Lock()
 	closing := c.releaseOwnerLocked(owner)
 	c.mu.Unlock()
-	return closeAll(closing)
+	return c.closeAll(closing)
 }
 
 func (c *ImportCache) releaseOwnerLocked(owner int) []Allocation {
@@ -125,10 +127,24 @@ func (c *ImportCache) dropIfUnusedLocked(e *importEntry) []Allocation {
 	return []Allocation{e.alloc}
 }
 
+// OnClose registers a function run before each import is closed, so what
+// was built on the mapping (RDMA registrations) goes first.
+func (c *ImportCache) OnClose(f func(Allocation)) {
+	c.mu.Lock()
+	c.beforeClose = f
+	c.mu.Unlock()
+}
+
 // closeAll runs outside the lock: closing costs a driver call each.
-func closeAll(allocs []Allocation) error {
+func (c *ImportCache) closeAll(allocs []Allocation) error {
+	c.mu.Lock()
+	hook := c.beforeClose
+	c.mu.Unlock()
 	var errs []error
 	for _, a := range allocs {
+		if hook != nil {
+			hook(a)
+		}
 		if err := a.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("cufile: closing import: %w", err))
 		}
@@ -151,7 +167,7 @@ func (c *ImportCache) Reap(alive func(pid int) bool) (int, error) {
 		closing = append(closing, c.releaseOwnerLocked(owner)...)
 	}
 	c.mu.Unlock()
-	return len(gone), closeAll(closing)
+	return len(gone), c.closeAll(closing)
 }
 
 // OpenImports is the number of imports now open.
@@ -170,7 +186,7 @@ func (c *ImportCache) Close() error {
 		closing = append(closing, c.releaseOwnerLocked(owner)...)
 	}
 	c.mu.Unlock()
-	return closeAll(closing)
+	return c.closeAll(closing)
 }
 
 // ProcessAlive reports whether a process with this pid exists (a pid can be

@@ -25,6 +25,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -57,6 +58,12 @@ type GPUConfig struct {
 	Mode       string
 	StandinDir string
 	Engine     rdmaread.Config
+	// RDMA is "off", "loopback" (an in-process emulation of RDMA writes,
+	// reported as fabric "loopback", for tests and the demo) or
+	// "libs3rdma" (tokens minted by the library at RDMALibrary).
+	RDMA           string
+	RDMALibrary    string
+	DeclineIsError bool
 }
 
 // DefaultReadAhead: with 1 MiB of kernel readahead, a sequential reader's
@@ -72,6 +79,8 @@ type Daemon struct {
 	Core    *vfs.FS
 	Metrics *metrics.Set
 	GPU     *rdmaread.Engine // nil when GPU reads are off
+	fabric  *loopback.Server // the loopback fabric's endpoint, when used
+	loop    *loopback.Fabric
 	server  *fuse.Server
 	http    *http.Server
 	addr    string
@@ -121,6 +130,11 @@ func Start(cfg Config) (*Daemon, error) {
 	if d.GPU, err = newGPU(cfg, store, d.Metrics); err != nil {
 		return nil, err
 	}
+	if d.GPU != nil {
+		if d.fabric, d.loop, err = enableRDMA(cfg, d.GPU, d.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.MetricsAddr != "" {
 		if err := d.serveMetrics(cfg.MetricsAddr); err != nil {
 			return nil, err
@@ -146,6 +160,10 @@ func Start(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
+// LoopbackFabric is the loopback fabric, when --rdma=loopback (tests switch
+// its modes to drive every decline).
+func (d *Daemon) LoopbackFabric() *loopback.Fabric { return d.loop }
+
 // MetricsAddr is the address /metrics listens on ("" when off).
 func (d *Daemon) MetricsAddr() string { return d.addr }
 
@@ -161,11 +179,61 @@ func (d *Daemon) shutdown() {
 		d.stop()
 	}
 	d.closeHTTP()
+	if d.fabric != nil {
+		d.fabric.Close()
+	}
 	if d.GPU != nil {
 		if err := d.GPU.Close(); err != nil {
 			d.cfg.Log.Warn("closing the GPU engine", "err", err)
 		}
 	}
+}
+
+// enableRDMA sets up the RDMA path the configuration asks for.
+func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.Server, *loopback.Fabric, error) {
+	rc := rdmaread.RDMAConfig{DeclineIsError: cfg.GPU.DeclineIsError}
+	var fabric *loopback.Server
+	var f *loopback.Fabric
+	switch cfg.GPU.RDMA {
+	case "", "off":
+		return nil, nil, nil
+	case "loopback":
+		f = loopback.NewFabric()
+		srv, err := loopback.NewServer(f, cfg.S3.Endpoint, loopback.StagerFunc(engine.Stager))
+		if err != nil {
+			return nil, nil, err
+		}
+		url, err := srv.Listen()
+		if err != nil {
+			return nil, nil, err
+		}
+		// Only RDMA GETs go to the fabric's endpoint; everything else goes
+		// to the store directly.
+		s3 := cfg.S3
+		s3.Endpoint = url
+		raw, err := objstore.NewMinio(s3)
+		if err != nil {
+			srv.Close()
+			return nil, nil, err
+		}
+		rc.Minter, rc.Getter, fabric = f, objstore.Metered{Inner: raw, M: m}, srv
+		cfg.Log.Warn("RDMA is the loopback fabric: an in-process emulation of RDMA writes, not a network transport")
+	case "libs3rdma":
+		minter, err := rdmaread.OpenLibS3RDMA(rdmaread.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--rdma=libs3rdma: %w", err)
+		}
+		rc.Minter = minter
+	default:
+		return nil, nil, fmt.Errorf("--rdma %q: use off, loopback or libs3rdma", cfg.GPU.RDMA)
+	}
+	if err := engine.EnableRDMA(rc); err != nil {
+		if fabric != nil {
+			fabric.Close()
+		}
+		return nil, nil, err
+	}
+	return fabric, f, nil
 }
 
 // newGPU picks the CUDA layer. Without a driver the engine still exists, so

@@ -45,7 +45,8 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		return 0, m.gpuFail(syscall.ENODEV)
 	}
 	standin := m.gpu.Backend().Name() == abi.CUDABackendHostStandin
-	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin {
+	tokenOnly := req.IPCHandle == [abi.IPCHandleLen]byte{} && req.Token() != ""
+	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin && !tokenOnly {
 		if hb {
 			// Host buffers are a test aid, off unless the daemon was started with them.
 			return 0, m.gpuFail(syscall.EOPNOTSUPP)
@@ -60,7 +61,7 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		Bucket: e.Bucket, Key: e.Key, Version: fh.h.Version(),
 		Offset: int64(req.Offset), Length: int64(min(req.Length, 1<<62)),
 		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
-		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner,
+		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, Token: req.Token(),
 	})
 	if err != nil {
 		en := gpuErrno(err)
@@ -113,7 +114,7 @@ func gpuErrno(err error) syscall.Errno {
 		return syscall.EBADF
 	case errors.Is(err, rdmaread.ErrOutOfBounds), errors.Is(err, cufile.ErrOutOfRange):
 		return syscall.ERANGE
-	case errors.Is(err, rdmaread.ErrNoRDMA):
+	case errors.Is(err, rdmaread.ErrNoRDMA), errors.Is(err, rdmaread.ErrDeclined):
 		return syscall.ECANCELED
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
@@ -229,6 +230,7 @@ func (m *mount) caps() []byte {
 	c := abi.Caps{ABIVersion: abi.Version, CUDABackend: abi.CUDABackendNone, Devices: []abi.CapsDevice{},
 		RDMA: abi.CapsRDMA{Minter: "none", Fabric: "none"}}
 	if m.gpu != nil {
+		c.RDMA.Minter, c.RDMA.Fabric = m.gpu.RDMAInfo()
 		if devs, err := m.gpu.Backend().Devices(); err == nil {
 			c.CUDAAvailable = true
 			c.CUDABackend = m.gpu.Backend().Name()

@@ -79,7 +79,8 @@ type Request struct {
 	Handle      cufile.Handle // CUDA IPC handle of the allocation's base
 	DstOffset   uint64        // where in the allocation the bytes go
 	Flags       abi.Flags
-	Owner       int // the caller's process, which holds the import
+	Owner       int    // the caller's process, which holds the import
+	Token       string // a token the caller minted, sent as is
 }
 
 // Result says what a read delivered and how.
@@ -111,6 +112,8 @@ type Engine struct {
 	cfg     Config
 	gets    chan struct{} // semaphore of ranged GETs in flight
 
+	rdma *rdmaPath // nil when RDMA is off
+
 	mu      sync.Mutex
 	stagers map[int]cufile.Stager
 }
@@ -118,7 +121,7 @@ type Engine struct {
 // New builds an engine over a CUDA backend (or the host stand-in).
 func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Set, log *slog.Logger) *Engine {
 	cfg.applyDefaults()
-	return &Engine{
+	e := &Engine{
 		store:   store,
 		backend: backend,
 		imports: cufile.NewImportCache(backend),
@@ -128,6 +131,11 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		gets:    make(chan struct{}, cfg.MaxGets),
 		stagers: make(map[int]cufile.Stager),
 	}
+	if g, ok := store.(objstore.RDMAGetter); ok {
+		// Tokens callers mint themselves go out as they are, RDMA or not.
+		e.rdma = &rdmaPath{getter: g}
+	}
+	return e
 }
 
 // Backend is the CUDA layer the engine writes through.
@@ -136,6 +144,9 @@ func (e *Engine) Backend() cufile.Backend { return e.backend }
 // Imports is the engine's import cache; the fs layer releases a caller's
 // imports when its files close.
 func (e *Engine) Imports() *cufile.ImportCache { return e.imports }
+
+// Stager is the device's staging ring, shared with the loopback fabric.
+func (e *Engine) Stager(device int) (cufile.Stager, error) { return e.stager(device) }
 
 // stager returns the device's staging ring, creating it on first use.
 func (e *Engine) stager(device int) (cufile.Stager, error) {
@@ -159,10 +170,14 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	if r.Offset < 0 || r.Length < 0 {
 		return Result{}, fmt.Errorf("%w: negative offset or length", abi.ErrInvalid)
 	}
-	if r.Flags&abi.FlagRDMAOnly != 0 {
+	rdma := e.wantsRDMA(r)
+	if r.Flags&abi.FlagRDMAOnly != 0 && !rdma {
 		// RDMA was required and there is none: a decline that may not fall back.
 		e.m.GPUDeclined.WithLabelValues(abi.DeclineRDMAUnavailable.String()).Inc()
 		return Result{Decline: abi.DeclineRDMAUnavailable}, ErrNoRDMA
+	}
+	if rdma && r.Token != "" && r.Handle == (cufile.Handle{}) {
+		return e.readCallerToken(ctx, r, start)
 	}
 	alloc, err := e.imports.Acquire(r.Owner, r.Device, r.Handle)
 	if err != nil {
@@ -179,16 +194,57 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	if n == 0 {
 		return Result{Elapsed: time.Since(start)}, nil
 	}
-	res, err := e.readHTTP(ctx, r, n, alloc)
+	var res Result
+	if rdma {
+		res, err = e.readRDMA(ctx, r, n, alloc)
+	} else {
+		res, err = e.readHTTP(ctx, r, n, alloc)
+	}
 	res.Elapsed = time.Since(start)
 	if err != nil {
 		return res, err
 	}
-	e.m.GPUReadBytes.WithLabelValues("http").Add(float64(res.HTTPBytes))
-	e.m.GPUReads.WithLabelValues("http").Inc()
-	e.m.GPUReadSeconds.WithLabelValues("http").Observe(res.Elapsed.Seconds())
-	e.m.GPUCopyWait.Add(res.CopyWait.Seconds())
+	e.account(res)
 	return res, nil
+}
+
+// readCallerToken serves a read that names no buffer, only a token the
+// caller minted: the server writes over RDMA or the call reports the
+// decline and the caller falls back itself.
+func (e *Engine) readCallerToken(ctx context.Context, r Request, start time.Time) (Result, error) {
+	n := min(r.Length, max(r.Version.Size-r.Offset, 0))
+	if n == 0 {
+		return Result{Elapsed: time.Since(start)}, nil
+	}
+	if n > MaxServerOp {
+		return Result{}, fmt.Errorf("%w: a caller-minted token covers at most %d bytes per call", abi.ErrInvalid, int64(MaxServerOp))
+	}
+	pr := e.rdmaPart(ctx, r, Part{Off: r.Offset, Len: n}, nil, r.DstOffset)
+	if pr.err != nil {
+		return Result{}, pr.err
+	}
+	res := Result{Bytes: pr.rdma, RDMABytes: pr.rdma, Decline: pr.decline, Elapsed: time.Since(start)}
+	if pr.rdma > 0 {
+		res.Transport = abi.TransportRDMA
+	}
+	e.account(res)
+	return res, nil
+}
+
+// account counts a finished read by transport.
+func (e *Engine) account(res Result) {
+	if res.RDMABytes > 0 {
+		e.m.GPUReadBytes.WithLabelValues("rdma").Add(float64(res.RDMABytes))
+	}
+	if res.HTTPBytes > 0 {
+		e.m.GPUReadBytes.WithLabelValues("http").Add(float64(res.HTTPBytes))
+	}
+	if res.Transport != abi.TransportNone {
+		t := res.Transport.String()
+		e.m.GPUReads.WithLabelValues(t).Inc()
+		e.m.GPUReadSeconds.WithLabelValues(t).Observe(res.Elapsed.Seconds())
+	}
+	e.m.GPUCopyWait.Add(res.CopyWait.Seconds())
 }
 
 // filled is a slot whose bytes are in, on its way to the copy stream.
@@ -322,10 +378,13 @@ func (e *Engine) fetchOnce(ctx context.Context, r Request, off int64, p []byte) 
 	defer guard.Stop()
 	body, err := e.store.GetRange(ctx, r.Bucket, r.Key, off, int64(len(p)), r.Version)
 	if err != nil {
-		return err
+		return guard.Err(err)
 	}
 	defer body.Close()
-	return guard.ReadFull(ctx, body, p)
+	if err := guard.ReadFull(ctx, body, p); err != nil {
+		return err
+	}
+	return objstore.CheckEnd(body)
 }
 
 // ReleaseOwner closes a caller's imports (its files are all closed).

@@ -41,6 +41,8 @@ type mountFlags struct {
 	foreground                         bool
 	debugFUSE, directIO                bool
 	gpu, standinDir                    string
+	rdma, rdmaLib                      string
+	declineIsError                     bool
 	gpuStreams, stagingSlots           int
 	stagingSlotSize                    sizeFlag
 }
@@ -82,6 +84,9 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.BoolVar(&mf.directIO, "direct-io", false, "bypass the kernel page cache (reads reach the daemon in the caller's sizes; nothing is cached across opens)")
 	fs.StringVar(&mf.gpu, "gpu", "auto", "GPU reads: auto (CUDA when the driver loads), off, or host-standin (a test aid: files under --host-standin-dir stand in for device memory)")
 	fs.StringVar(&mf.standinDir, "host-standin-dir", "/dev/shm", "directory of host stand-in buffers, with --gpu=host-standin")
+	fs.StringVar(&mf.rdma, "rdma", "off", "RDMA for GPU reads: off, loopback (an in-process emulation for tests and the demo, never a network), or libs3rdma")
+	fs.StringVar(&mf.rdmaLib, "rdma-lib", "", "path of libs3rdma.so (default: the library search path)")
+	fs.BoolVar(&mf.declineIsError, "rdma-decline-is-error", false, "fail GPU reads whose RDMA transfer is declined (ECANCELED) instead of falling back to HTTP")
 	fs.IntVar(&mf.gpuStreams, "gpu-streams", rdmaread.DefaultStreams, "parallel ranged GETs per GPU read")
 	fs.IntVar(&mf.stagingSlots, "staging-slots", rdmaread.DefaultSlots, "pinned staging slots per GPU")
 	mf.stagingSlotSize = rdmaread.DefaultSlotSize
@@ -219,6 +224,14 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	default:
 		return daemon.Config{}, usagef("--gpu %q: use auto, off or host-standin", mf.gpu)
 	}
+	switch mf.rdma {
+	case "off", "loopback", "libs3rdma":
+	default:
+		return daemon.Config{}, usagef("--rdma %q: use off, loopback or libs3rdma", mf.rdma)
+	}
+	if mf.rdma != "off" && mf.gpu == "off" {
+		return daemon.Config{}, usagef("--rdma %s needs GPU reads (--gpu is off)", mf.rdma)
+	}
 	metrics := mf.metricsAddr
 	if metrics == "off" {
 		metrics = ""
@@ -255,8 +268,11 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			DirectIO:   mf.directIO,
 		},
 		GPU: daemon.GPUConfig{
-			Mode:       mf.gpu,
-			StandinDir: mf.standinDir,
+			Mode:           mf.gpu,
+			StandinDir:     mf.standinDir,
+			RDMA:           mf.rdma,
+			RDMALibrary:    mf.rdmaLib,
+			DeclineIsError: mf.declineIsError,
 			Engine: rdmaread.Config{
 				Streams:     mf.gpuStreams,
 				ReadTimeout: mf.readTimeout,

@@ -1,0 +1,87 @@
+# Build, test and benchmark entry points for s3gdsfs.
+# Everything runs as root on Debian; `make deps` installs what is missing.
+
+SHELL := bash
+GO    ?= go
+
+BIN        := bin/s3gdsfs
+STATIC_BIN := bin/s3gdsfs-static
+BENCH_OUT  ?= out/bench
+
+# versitygw is the real S3 server the tests and the benchmark talk to.
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW_MODULE  := github.com/versity/versitygw/cmd/versitygw
+GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPATH | cut -d: -f1)/bin; echo $$d)
+# Tests and the benchmark find the server through this variable.
+export VERSITYGW ?= $(GOBIN_DIR)/versitygw
+
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle test demo bench fmt fmt-check vet clean
+
+all: build
+
+help:
+	@echo "targets: deps bench-deps build build-static test demo bench fmt fmt-check vet clean"
+	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'"
+
+# deps: what `make test` needs (versitygw, fusermount3).
+deps: versitygw
+	scripts/apt-install.sh fuse3
+
+# bench-deps: deps plus the peer filesystems the benchmark compares against
+# (one apt-get call, so at most one apt-get update).
+bench-deps: versitygw
+	scripts/apt-install.sh fuse3 rclone s3fs
+
+# go install only when the binary is missing or not the pinned release
+# (`versitygw --version` says "git" for go-installed builds, so ask Go).
+versitygw:
+	@if $(GO) version -m "$(VERSITYGW)" 2>/dev/null | \
+		grep -Eq '^\s+mod\s+github.com/versity/versitygw\s+$(VERSITYGW_VERSION)(\s|$$)'; then \
+		echo "versitygw $(VERSITYGW_VERSION) present: $(VERSITYGW)"; \
+	else \
+		echo "installing $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)"; \
+		GOBIN="$(GOBIN_DIR)" $(GO) install $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION); \
+	fi
+
+build:
+	$(GO) build -o $(BIN) ./cmd/s3gdsfs
+
+# A static, stripped binary to copy onto other machines.
+build-static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_BIN) ./cmd/s3gdsfs
+
+# gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load and versitygw
+# in .dev/gpu, for scripts/gpu/run.sh on a GPU machine that has no Go.
+GPU_BUNDLE := .dev/gpu
+gpu-bundle:
+	mkdir -p $(GPU_BUNDLE)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3load ./bench/s3load
+	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
+	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw; do xz -6 -T0 -f $$f; done
+	@ls -la $(GPU_BUNDLE)
+
+# Tests mount real FUSE filesystems against a real S3 server.
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -p 2 -timeout 40m ./...
+
+demo: build
+	./$(BIN) demo $(DEMO_FLAGS)
+
+bench: bench-deps build
+	$(GO) run ./bench -bin $(BIN) -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+fmt:
+	$(GO) fmt ./...
+
+# Fails listing the files gofmt would change.
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin out

@@ -62,6 +62,11 @@ func NewMinio(cfg Config) (*Minio, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("endpoint %q: want http://host[:port] or https://host[:port]", cfg.Endpoint)
 	}
+	if u.User != nil {
+		// Keys belong in the environment or a credentials file: a URL is
+		// logged and shown in errors.
+		return nil, fmt.Errorf("endpoint %q: credentials are not allowed in the URL; use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or a credentials file", u.Redacted())
+	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("endpoint %q: a path is not allowed; name the bucket with --bucket", cfg.Endpoint)
 	}

@@ -2,8 +2,10 @@ package objstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,17 +14,39 @@ import (
 type StallGuard struct {
 	Timeout time.Duration
 	timer   *time.Timer
+	fired   atomic.Bool
 }
 
 // Start arms the guard for a request whose context cancel ends it.
-func (g *StallGuard) Start(cancel context.CancelFunc) { g.timer = time.AfterFunc(g.Timeout, cancel) }
+func (g *StallGuard) Start(cancel context.CancelFunc) {
+	g.timer = time.AfterFunc(g.Timeout, func() {
+		g.fired.Store(true)
+		cancel()
+	})
+}
+
+// Err turns the cancellation the guard caused into a timeout, which
+// IsRetryable accepts: a server that never answered is worth asking again,
+// unlike a caller that gave up. Other errors pass unchanged.
+func (g *StallGuard) Err(err error) error {
+	if err != nil && g.fired.Load() && errors.Is(err, context.Canceled) {
+		return g.stalled()
+	}
+	return err
+}
+
+func (g *StallGuard) stalled() error {
+	return fmt.Errorf("no data for %s: %w", g.Timeout, context.DeadlineExceeded)
+}
 
 // Stop disarms it.
 func (g *StallGuard) Stop() { g.timer.Stop() }
 
 // ReadFull is io.ReadFull that re-arms the guard after every read that
 // brought bytes. A body that ends early gives io.ErrUnexpectedEOF; one that
-// was cancelled by the guard gives context.DeadlineExceeded.
+// was cancelled by the guard gives context.DeadlineExceeded, one whose
+// caller gave up gives ctx's error. A body that keeps answering with no
+// bytes and no error is ended by the guard too.
 func (g *StallGuard) ReadFull(ctx context.Context, r io.Reader, p []byte) error {
 	n := 0
 	for n < len(p) {
@@ -34,9 +58,15 @@ func (g *StallGuard) ReadFull(ctx context.Context, r io.Reader, p []byte) error 
 		if n == len(p) {
 			return nil
 		}
-		if err != nil {
+		if err != nil || m == 0 {
 			if ctx.Err() != nil {
-				return fmt.Errorf("no data for %s: %w", g.Timeout, context.DeadlineExceeded)
+				if g.fired.Load() {
+					return g.stalled()
+				}
+				return ctx.Err()
+			}
+			if err == nil {
+				continue
 			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -47,8 +77,31 @@ func (g *StallGuard) ReadFull(ctx context.Context, r io.Reader, p []byte) error 
 	return nil
 }
 
+// ErrLongBody means a response carried more bytes than the range asked
+// for: the server (or something between) did not honour the range, so the
+// reply is not trusted. It is retryable.
+var ErrLongBody = errors.New("response body longer than the range asked for")
+
+// CheckEnd confirms that a body whose expected bytes were all read has
+// nothing more: a read path calls it before it trusts the last of them.
+func CheckEnd(r io.Reader) error {
+	var b [1]byte
+	for range 3 {
+		n, err := r.Read(b[:])
+		if n > 0 {
+			return ErrLongBody
+		}
+		if err != nil {
+			// EOF, or a connection that broke after the last byte: every
+			// byte asked for is in either way.
+			return nil
+		}
+	}
+	return nil
+}
+
 // Backoff is the pause before retry number attempt (1, 2, ...): 50 ms,
-// 200 ms, 800 ms, then 1.6 s, so a few retries stay within seconds.
+// 200 ms, 800 ms, then 3.2 s, so a few retries stay within seconds.
 func Backoff(attempt int) time.Duration {
 	if attempt > 4 {
 		attempt = 4

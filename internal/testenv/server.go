@@ -156,6 +156,7 @@ func launch(bin, tempDir string, timeout time.Duration) (*Server, error) {
 	args = append(args, dataDir)
 
 	s.cmd = exec.Command(bin, args...)
+	s.cmd.Env = serverEnviron()
 	s.cmd.Stdout = s.output
 	s.cmd.Stderr = s.output
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -242,6 +243,18 @@ func (s *Server) kill() {
 	}
 	s.cmd.Process.Kill()
 	<-s.exited
+}
+
+// serverEnviron drops the VGW_* and ROOT_* variables versitygw reads its
+// settings from, so a developer's shell cannot change the test server.
+func serverEnviron() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "VGW_") && !strings.HasPrefix(kv, "ROOT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func freePort() (int, error) {

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+const (
+	rangeSize    = 16 << 20
+	rangeWorkers = 8
+)
+
+// benchRaw measures minio-go straight against the server: the ceiling a
+// filesystem on the same machine can hope to approach.
+func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, set objectSet, h hooks) []*measurement {
+	get := func(ctx context.Context, o object, off, end int64) (int64, error) {
+		opts := minio.GetObjectOptions{}
+		if off != 0 || end != o.Size {
+			if err := opts.SetRange(off, end-1); err != nil {
+				return 0, err
+			}
+		}
+		obj, err := srv.Client.GetObject(ctx, bucketName, o.Key, opts)
+		if err != nil {
+			return 0, err
+		}
+		defer obj.Close()
+		return drain(ctx, o, off, obj)
+	}
+
+	single := &measurement{Target: "raw", Test: "single", Bytes: set.Large.Size,
+		Description: "minio-go, one GET stream of " + set.Large.Key}
+	measure(ctx, cfg, single, h, func(ctx context.Context) (int64, error) {
+		return get(ctx, set.Large, 0, set.Large.Size)
+	})
+
+	ranges := &measurement{Target: "raw", Test: "ranges", Bytes: set.Large.Size,
+		Description: fmt.Sprintf("minio-go, %s in 16 MiB ranges, %d workers", set.Large.Key, rangeWorkers)}
+	measure(ctx, cfg, ranges, h, func(ctx context.Context) (int64, error) {
+		var jobs []func(context.Context) (int64, error)
+		for off := int64(0); off < set.Large.Size; off += rangeSize {
+			end := min(off+rangeSize, set.Large.Size)
+			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, set.Large, off, end) })
+		}
+		return parallel(ctx, rangeWorkers, jobs)
+	})
+
+	four := &measurement{Target: "raw", Test: "four", Bytes: set.mediumBytes(),
+		Description: "minio-go, 4 workers, one medium object each"}
+	measure(ctx, cfg, four, h, func(ctx context.Context) (int64, error) {
+		var jobs []func(context.Context) (int64, error)
+		for _, o := range set.Medium {
+			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, o, 0, o.Size) })
+		}
+		return parallel(ctx, len(jobs), jobs)
+	})
+
+	all := []*measurement{single, ranges, four}
+	if ctx.Err() != nil {
+		return all
+	}
+	// The untimed full check that the server holds what was uploaded.
+	progress("raw: verifying sha256 of every object")
+	var verifyErr error
+	for _, o := range set.all() {
+		if verifyErr = verifyRawObject(ctx, srv, o); verifyErr != nil {
+			break
+		}
+	}
+	markVerified(all, verifyErr)
+	return all
+}
+
+func verifyRawObject(ctx context.Context, srv *testenv.Server, o object) error {
+	obj, err := srv.Client.GetObject(ctx, bucketName, o.Key, minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	return hashAll(o, obj)
+}
+
+// markVerified records the outcome of the full sha256 pass.
+func markVerified(ms []*measurement, err error) {
+	for _, m := range ms {
+		switch {
+		case err != nil && m.Error == "":
+			m.Error = "sha256 verification: " + err.Error()
+		case err == nil && m.ok():
+			m.Verified = true
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+)
+
+// readSize is the size of each read call: 1 MiB, as a typical loader does.
+const readSize = 1 << 20
+
+// drain reads r to the end in readSize calls, spot-checking each chunk
+// as bytes of o starting at off, and returns the byte count.
+func drain(ctx context.Context, o object, off int64, r io.Reader) (int64, error) {
+	buf := make([]byte, readSize)
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := r.Read(buf)
+		if n > 0 {
+			if cerr := spotCheck(o, off+total, buf[:n]); cerr != nil {
+				return total, cerr
+			}
+			total += int64(n)
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// parallel runs jobs on workers goroutines and sums their byte counts;
+// the first error cancels the rest.
+func parallel(ctx context.Context, workers int, jobs []func(context.Context) (int64, error)) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := make(chan func(context.Context) (int64, error))
+	var (
+		mu       sync.Mutex
+		total    int64
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for job := range queue {
+				n, err := job(ctx)
+				mu.Lock()
+				total += n
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, job := range jobs {
+		select {
+		case queue <- job:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(queue)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return total, firstErr
+}

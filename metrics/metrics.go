@@ -41,6 +41,7 @@ type Set struct {
 	GPUReadErrors    *prometheus.CounterVec // errno
 	GPUImportsOpen   prometheus.Gauge
 	GPUBytesInFlight prometheus.Gauge
+	GPUSchedWait     prometheus.Histogram
 
 	SkippedKeys  *prometheus.CounterVec // reason
 	OpenHandles  prometheus.Gauge
@@ -143,6 +144,10 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
 	})
+	s.GPUSchedWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "s3gdsfs_gpu_sched_wait_seconds", Help: "Time a GPU read's server operation waited for its turn.",
+		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+	})
 	// Every series exists from the start, at zero, so a dashboard can tell
 	// "no RDMA yet" from "not exported".
 	for _, t := range []string{"rdma", "http"} {
@@ -155,7 +160,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	}
 	for _, c := range []prometheus.Collector{
 		s.GPUReadBytes, s.GPUReads, s.GPUDeclined, s.GPUDeclinedBytes, s.GPUReadSeconds,
-		s.GPUCopyWait, s.GPUReadErrors, s.GPUImportsOpen, s.GPUBytesInFlight,
+		s.GPUCopyWait, s.GPUReadErrors, s.GPUImportsOpen, s.GPUBytesInFlight, s.GPUSchedWait,
 		s.S3Requests, s.S3Seconds, s.S3BytesReceived,
 		s.PosixReadBytes, s.PosixReads, s.PosixReadSeconds, s.PosixReadErrors,
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
@@ -24,8 +26,13 @@ import (
 type Config struct {
 	// Streams is how many ranged GETs one request runs at once.
 	Streams int
-	// MaxGets bounds ranged GETs in flight across all GPU requests.
-	MaxGets int
+	// MaxOps bounds server operations (ranged GETs, RDMA transfers) in
+	// flight across all GPU reads; MaxBytes bounds their bytes.
+	MaxOps   int
+	MaxBytes int64
+	// RDMAChunk is the largest RDMA transfer: reads are cut into chunks of
+	// this size so that callers interleave.
+	RDMAChunk int64
 	// Staging sizes each device's pinned ring; a chunk of a request is one slot.
 	Staging     cufile.StagerConfig
 	ReadTimeout time.Duration
@@ -36,19 +43,27 @@ type Config struct {
 // from one reader, and eight such readers share a ring of 32 x 8 MiB pinned
 // slots (256 MiB per device) without waiting on each other for slots.
 const (
-	DefaultStreams  = 4
-	DefaultMaxGets  = 64
-	DefaultSlotSize = 8 << 20
-	DefaultSlots    = 32
-	DefaultCopiers  = 8
+	DefaultStreams   = 4
+	DefaultMaxOps    = 64
+	DefaultMaxBytes  = 2 << 30
+	DefaultRDMAChunk = 64 << 20
+	DefaultSlotSize  = 8 << 20
+	DefaultSlots     = 32
+	DefaultCopiers   = 8
 )
 
 func (c *Config) applyDefaults() {
 	if c.Streams <= 0 {
 		c.Streams = DefaultStreams
 	}
-	if c.MaxGets <= 0 {
-		c.MaxGets = DefaultMaxGets
+	if c.MaxOps <= 0 {
+		c.MaxOps = DefaultMaxOps
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.RDMAChunk <= 0 || c.RDMAChunk > MaxServerOp {
+		c.RDMAChunk = DefaultRDMAChunk
 	}
 	if c.Staging.SlotSize <= 0 {
 		c.Staging.SlotSize = DefaultSlotSize
@@ -110,7 +125,7 @@ type Engine struct {
 	m       *metrics.Set
 	log     *slog.Logger
 	cfg     Config
-	gets    chan struct{} // semaphore of ranged GETs in flight
+	sched   *Scheduler
 
 	rdma *rdmaPath // nil when RDMA is off
 
@@ -128,13 +143,22 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		m:       m,
 		log:     log,
 		cfg:     cfg,
-		gets:    make(chan struct{}, cfg.MaxGets),
+		sched:   NewScheduler(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
 	}
 	if g, ok := store.(objstore.RDMAGetter); ok {
 		// Tokens callers mint themselves go out as they are, RDMA or not.
 		e.rdma = &rdmaPath{getter: g}
 	}
+	e.sched.observe = func(d time.Duration) { m.GPUSchedWait.Observe(d.Seconds()) }
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "s3gdsfs_gpu_ops_in_flight", Help: "Server operations of GPU reads admitted by the scheduler.",
+		}, func() float64 { o, _, _ := e.sched.InFlight(); return float64(o) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "s3gdsfs_gpu_ops_waiting", Help: "Server operations of GPU reads waiting for their turn.",
+		}, func() float64 { _, _, w := e.sched.InFlight(); return float64(w) }),
+	)
 	return e
 }
 
@@ -291,14 +315,23 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 				}
 				off := i * chunk
 				size := min(chunk, n-off)
-				t0 := time.Now()
-				slot, err := stager.AcquireSlot(ctx)
-				slotWait.Add(int64(time.Since(t0)))
+				// The caller's turn first, then a slot: a read waiting for
+				// its turn holds no pinned memory.
+				done, err := e.sched.Acquire(ctx, r.Owner, size)
 				if err != nil {
 					out <- filled{err: err}
 					return
 				}
+				t0 := time.Now()
+				slot, err := stager.AcquireSlot(ctx)
+				slotWait.Add(int64(time.Since(t0)))
+				if err != nil {
+					done()
+					out <- filled{err: err}
+					return
+				}
 				err = e.fetch(ctx, r, r.Offset+off, slot.Buf[:size])
+				done()
 				out <- filled{slot: slot, n: int(size), dstOff: r.DstOffset + uint64(off), err: err}
 				if err != nil {
 					return
@@ -356,13 +389,7 @@ func (e *Engine) fetch(ctx context.Context, r Request, off int64, p []byte) erro
 				return ctx.Err()
 			}
 		}
-		select {
-		case e.gets <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 		err = e.fetchOnce(ctx, r, off, p)
-		<-e.gets
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

@@ -93,7 +93,7 @@ type partResult struct {
 // most Streams at a time, each first over RDMA and, when declined, over
 // HTTP into the same place.
 func (e *Engine) readRDMA(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
-	parts := SplitRange(r.Offset, n)
+	parts := chunkRange(r.Offset, n, e.cfg.RDMAChunk)
 	results := make([]partResult, len(parts))
 	sem := make(chan struct{}, e.cfg.Streams)
 	var wg sync.WaitGroup
@@ -156,7 +156,11 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 	}
 	var rep objstore.RDMAReply
 	if err == nil {
-		rep, err = e.rdma.getter.GetRangeRDMA(ctx, r.Bucket, r.Key, p.Off, p.Len, r.Version, token)
+		var done func()
+		if done, err = e.sched.Acquire(ctx, r.Owner, p.Len); err == nil {
+			rep, err = e.rdma.getter.GetRangeRDMA(ctx, r.Bucket, r.Key, p.Off, p.Len, r.Version, token)
+			done()
+		}
 	}
 	if lease != nil {
 		defer lease.Release()
@@ -207,6 +211,17 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 	// Declined bytes are the ones that went over HTTP instead.
 	e.m.GPUDeclinedBytes.WithLabelValues(decline.String()).Add(float64(rest))
 	return partResult{rdma: served, http: rest, decline: decline}
+}
+
+// chunkRange cuts [off, off+n) into parts of at most size bytes (and never
+// more than one server operation), so that readers interleave.
+func chunkRange(off, n, size int64) []Part {
+	size = min(size, MaxServerOp)
+	parts := make([]Part, 0, (n+size-1)/size)
+	for done := int64(0); done < n; done += size {
+		parts = append(parts, Part{Off: off + done, Len: min(size, n-done)})
+	}
+	return parts
 }
 
 // isObjectAnswer says whether err is the server's answer about the object

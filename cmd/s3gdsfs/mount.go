@@ -43,7 +43,8 @@ type mountFlags struct {
 	gpu, standinDir                    string
 	rdma, rdmaLib                      string
 	declineIsError                     bool
-	gpuStreams, stagingSlots           int
+	gpuStreams, stagingSlots, gpuOps   int
+	gpuBytes, rdmaChunk                sizeFlag
 	stagingSlotSize                    sizeFlag
 }
 
@@ -88,6 +89,10 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.StringVar(&mf.rdmaLib, "rdma-lib", "", "path of libs3rdma.so (default: the library search path)")
 	fs.BoolVar(&mf.declineIsError, "rdma-decline-is-error", false, "fail GPU reads whose RDMA transfer is declined (ECANCELED) instead of falling back to HTTP")
 	fs.IntVar(&mf.gpuStreams, "gpu-streams", rdmaread.DefaultStreams, "parallel ranged GETs per GPU read")
+	fs.IntVar(&mf.gpuOps, "gpu-max-ops", rdmaread.DefaultMaxOps, "server operations of GPU reads in flight, across all callers")
+	mf.gpuBytes, mf.rdmaChunk = rdmaread.DefaultMaxBytes, rdmaread.DefaultRDMAChunk
+	fs.Var(&mf.gpuBytes, "gpu-max-bytes", "bytes of GPU reads in flight, across all callers")
+	fs.Var(&mf.rdmaChunk, "rdma-chunk", "largest single RDMA transfer (at most 1GiB); reads are cut into such chunks so callers interleave")
 	fs.IntVar(&mf.stagingSlots, "staging-slots", rdmaread.DefaultSlots, "pinned staging slots per GPU")
 	mf.stagingSlotSize = rdmaread.DefaultSlotSize
 	fs.Var(&mf.stagingSlotSize, "staging-slot-size", "bytes per pinned staging slot (one ranged GET)")
@@ -213,8 +218,11 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
-	if mf.gpuStreams < 1 || mf.stagingSlots < 1 {
-		return daemon.Config{}, usagef("--gpu-streams and --staging-slots: at least 1")
+	if mf.gpuStreams < 1 || mf.stagingSlots < 1 || mf.gpuOps < 1 {
+		return daemon.Config{}, usagef("--gpu-streams, --gpu-max-ops and --staging-slots: at least 1")
+	}
+	if mf.rdmaChunk < 1<<20 || mf.rdmaChunk > 1<<30 {
+		return daemon.Config{}, usagef("--rdma-chunk %s: between 1MiB and 1GiB", mf.rdmaChunk.String())
 	}
 	if mf.stagingSlotSize < 64<<10 || mf.stagingSlotSize > 1<<30 {
 		return daemon.Config{}, usagef("--staging-slot-size %s: between 64KiB and 1GiB", mf.stagingSlotSize.String())
@@ -275,6 +283,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			DeclineIsError: mf.declineIsError,
 			Engine: rdmaread.Config{
 				Streams:     mf.gpuStreams,
+				MaxOps:      mf.gpuOps,
+				MaxBytes:    int64(mf.gpuBytes),
+				RDMAChunk:   int64(mf.rdmaChunk),
 				ReadTimeout: mf.readTimeout,
 				Retries:     retriesSetting(mf.retries),
 				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},

@@ -15,7 +15,7 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle test demo bench fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle test demo bench bench-scaling fmt fmt-check vet clean
 
 all: build
 
@@ -30,7 +30,7 @@ deps: versitygw
 # bench-deps: deps plus the peer filesystems the benchmark compares against
 # (one apt-get call, so at most one apt-get update).
 bench-deps: versitygw
-	scripts/apt-install.sh fuse3 rclone s3fs
+	scripts/apt-install.sh fuse3 rclone s3fs python3-matplotlib
 
 # go install only when the binary is missing or not the pinned release
 # (`versitygw --version` says "git" for go-installed builds, so ask Go).
@@ -71,6 +71,11 @@ demo: build
 
 bench: bench-deps build
 	$(GO) run ./bench -bin $(BIN) -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+# bench-scaling: N = 1, 2, 4, 8 processes through one mount against raw GETs
+# with the same streams (the GPU paths: scripts/gpu/run_scaling.sh).
+bench-scaling: bench-deps
+	OUT=out/bench-scaling scripts/bench_scaling.sh
 
 fmt:
 	$(GO) fmt ./...

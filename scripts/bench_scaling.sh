@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The scaling benchmark of the POSIX path on this machine: N = 1, 2, 4, 8
+# processes x 8 threads reading whole objects through one mount, against raw
+# minio-go GETs with the same total streams. `make bench-scaling` runs it.
+# The daemon's block cache is off and readers drop the kernel's pages, so
+# every byte comes from the server, as for a dataset larger than memory.
+set -euo pipefail
+OUT=${OUT:-out/bench-scaling}
+SECS=${SECS:-5}
+PROCS=${PROCS:-1,2,4,8}
+SIZE=${SIZE:-$((64 << 20))}
+mkdir -p "$OUT/raw"
+go build -o bin/s3gdsfs ./cmd/s3gdsfs
+go build -o bin/s3load ./bench/s3load
+export AWS_ACCESS_KEY_ID=scaling AWS_SECRET_ACCESS_KEY=scaling-secret-$RANDOM$RANDOM AWS_REGION=us-east-1
+VERSITYGW=${VERSITYGW:-$(go env GOPATH)/bin/versitygw}
+ROOT=$(mktemp -d /dev/shm/s3gdsfs-scaling-XXXX)
+MP=$(mktemp -d)
+PORT=$((20000 + RANDOM % 20000))
+EP=http://127.0.0.1:$PORT
+mkdir -p "$ROOT/data" "$ROOT/meta"
+"$VERSITYGW" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --region us-east-1 \
+  --port 127.0.0.1:$PORT --quiet posix --sidecar "$ROOT/meta" "$ROOT/data" > "$OUT/versitygw.log" 2>&1 &
+VGW=$!
+DAEMON=
+trap '[ -n "$DAEMON" ] && kill -INT $DAEMON; sleep 1; umount -l "$MP" 2>/dev/null; kill $VGW; rm -rf "$ROOT"' EXIT
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
+
+bin/s3load put --endpoint $EP --bucket bench --prefix obj- --count 16 --size "$SIZE" --seed 7 > "$OUT/objects.json"
+KEYS=$(python3 -c 'import json,sys; print(",".join(o["key"] for o in json.load(open(sys.argv[1]))["objects"]))' "$OUT/objects.json")
+for n in ${PROCS//,/ }; do
+  bin/s3load get --endpoint $EP --bucket bench --keys "$KEYS" --workers $((n * 8)) --seconds "$SECS" > "$OUT/raw/raw_big_$((n * 8)).json"
+done
+bin/s3gdsfs mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:0 --gpu off --cache-size 0 "$MP" > "$OUT/s3gdsfs.log" 2>&1 &
+DAEMON=$!
+for _ in $(seq 100); do mountpoint -q "$MP" && break; sleep 0.1; done
+python3 scripts/scaling.py --path posix --mount "$MP" --manifest "$OUT/objects.json" --procs "$PROCS" \
+  --threads 8 --seconds "$SECS" --raw-dir "$OUT/raw" --label posix --out "$OUT/scaling-posix.json"
+grep -E '^VmHWM' /proc/$DAEMON/status | tee "$OUT/peak.txt"
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  /usr/bin/python3 scripts/plot_scaling.py "$OUT/scaling-posix.png" "$OUT/scaling-posix.json"
+fi
+echo "wrote $OUT/scaling-posix.json"

@@ -219,6 +219,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--proc-reads", type=int, default=6)
+    ap.add_argument("--only-throughput", action="store_true")
     args = ap.parse_args()
     import torch
 
@@ -226,6 +227,9 @@ def main():
     small = json.load(open(args.small_manifest))["objects"] if args.small_manifest else []
     report = {"caps": s3gds.caps(args.mount), "torch": torch.__version__,
               "device": torch.cuda.get_device_name(0)}
+    if args.only_throughput:
+        print(json.dumps(throughput(torch, args.mount, objs, args.threads, args.seconds)))
+        return
     report["correctness"] = correctness(torch, args.mount, objs + small)
     print(json.dumps({"correctness": report["correctness"]}), flush=True)
     report["throughput"] = throughput(torch, args.mount, objs, args.threads, args.seconds)

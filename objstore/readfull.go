@@ -39,6 +39,10 @@ func (g *StallGuard) stalled() error {
 	return fmt.Errorf("no data for %s: %w", g.Timeout, context.DeadlineExceeded)
 }
 
+// Touch re-arms the guard: the reader paused on purpose (waiting for
+// somewhere to put the bytes), not the server.
+func (g *StallGuard) Touch() { g.timer.Reset(g.Timeout) }
+
 // Stop disarms it.
 func (g *StallGuard) Stop() { g.timer.Stop() }
 

@@ -30,6 +30,9 @@ type Config struct {
 	// flight across all GPU reads; MaxBytes bounds their bytes.
 	MaxOps   int
 	MaxBytes int64
+	// PartSize is the range of one HTTP GET of a GPU read; it is streamed
+	// through slots, so it may exceed the slot size.
+	PartSize int64
 	// RDMAChunk is the largest RDMA transfer: reads are cut into chunks of
 	// this size so that callers interleave.
 	RDMAChunk int64
@@ -48,6 +51,7 @@ const (
 	DefaultMaxOps    = 64
 	DefaultMaxBytes  = 2 << 30
 	DefaultRDMAChunk = 64 << 20
+	DefaultPartSize  = 64 << 20
 	DefaultSlotSize  = 16 << 20
 	DefaultSlots     = 64
 	DefaultCopiers   = 8
@@ -62,6 +66,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.PartSize <= 0 {
+		c.PartSize = DefaultPartSize
 	}
 	if c.RDMAChunk <= 0 || c.RDMAChunk > MaxServerOp {
 		c.RDMAChunk = DefaultRDMAChunk
@@ -272,7 +279,8 @@ func (e *Engine) account(res Result) {
 	e.m.GPUCopyWait.Add(res.CopyWait.Seconds())
 }
 
-// filled is a slot whose bytes are in, on its way to the copy stream.
+// filled is a slot whose bytes are in, on its way to the copy stream; a
+// slot with n == 0 only goes back to the ring.
 type filled struct {
 	slot   *cufile.Slot
 	n      int
@@ -280,10 +288,12 @@ type filled struct {
 	err    error
 }
 
-// readHTTP fetches the range in slot-sized chunks with parallel ranged GETs
-// into pinned slots; this goroutine enqueues each filled slot's device copy
-// (a copier is not safe for concurrent use) while the others keep filling,
-// then waits for the copies once.
+// readHTTP fetches the range in parts of PartSize with parallel ranged GETs,
+// each streamed slot by slot into the pinned ring; this goroutine enqueues
+// each filled slot's device copy (a copier is not safe for concurrent use)
+// while the others keep filling, then waits for the copies once. One GET
+// per part rather than per slot keeps the server's per-request cost off the
+// byte rate.
 func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
 	stager, err := e.stager(r.Device)
 	if err != nil {
@@ -296,12 +306,12 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	chunk := int64(e.cfg.Staging.SlotSize)
-	chunks := (n + chunk - 1) / chunk
-	workers := min(int64(e.cfg.Streams), chunks)
+	part := e.cfg.PartSize
+	parts := (n + part - 1) / part
+	workers := min(int64(e.cfg.Streams), parts)
 	var next atomic.Int64
 	var slotWait atomic.Int64
-	out := make(chan filled, workers)
+	out := make(chan filled, 2*workers)
 	var wg sync.WaitGroup
 	e.m.GPUBytesInFlight.Add(float64(n))
 	defer e.m.GPUBytesInFlight.Sub(float64(n))
@@ -311,30 +321,20 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 			defer wg.Done()
 			for {
 				i := next.Add(1) - 1
-				if i >= chunks || ctx.Err() != nil {
+				if i >= parts || ctx.Err() != nil {
 					return
 				}
-				off := i * chunk
-				size := min(chunk, n-off)
-				// The caller's turn first, then a slot: a read waiting for
+				off := i * part
+				size := min(part, n-off)
+				// The caller's turn first, then slots: a read waiting for
 				// its turn holds no pinned memory.
 				done, err := e.sched.Acquire(ctx, r.Owner, size)
-				if err != nil {
-					out <- filled{err: err}
-					return
-				}
-				t0 := time.Now()
-				slot, err := stager.AcquireSlot(ctx)
-				slotWait.Add(int64(time.Since(t0)))
-				if err != nil {
+				if err == nil {
+					err = e.streamPart(ctx, r, stager, r.Offset+off, size, r.DstOffset+uint64(off), out, &slotWait)
 					done()
-					out <- filled{err: err}
-					return
 				}
-				err = e.fetch(ctx, r, r.Offset+off, slot.Buf[:size])
-				done()
-				out <- filled{slot: slot, n: int(size), dstOff: r.DstOffset + uint64(off), err: err}
 				if err != nil {
+					out <- filled{err: err}
 					return
 				}
 			}
@@ -343,23 +343,32 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	go func() { wg.Wait(); close(out) }()
 
 	var firstErr error
+	var copied int64
 	for f := range out {
 		switch {
 		case f.err != nil:
-			if f.slot != nil {
-				copier.ReleaseSlot(f.slot)
-			}
 			if firstErr == nil {
 				firstErr = f.err
 				cancel()
 			}
-		case firstErr != nil:
+		case f.n == 0 || firstErr != nil:
 			copier.ReleaseSlot(f.slot)
 		default:
 			if err := copier.CopyAsync(f.slot, f.n, alloc, f.dstOff); err != nil {
 				firstErr = err
 				cancel()
+			} else {
+				copied += int64(f.n)
 			}
+		}
+	}
+	// A worker that finds the request cancelled stops without a word, so
+	// bytes may be missing with no error among the results: success only
+	// when every byte was copied.
+	if firstErr == nil && copied != n {
+		firstErr = ctx.Err()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("rdmaread: %d of %d bytes carried", copied, n)
 		}
 	}
 	t0 := time.Now()
@@ -374,13 +383,15 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	return Result{Bytes: n, HTTPBytes: n, Transport: abi.TransportHTTP, CopyWait: wait}, nil
 }
 
-// fetch reads exactly len(p) bytes at off into p with one ranged GET,
-// sending it again after a transient failure.
-func (e *Engine) fetch(ctx context.Context, r Request, off int64, p []byte) error {
+// streamPart reads [off, off+size) with one ranged GET into successive
+// slots, handing each to out as it fills. After a transient failure it asks
+// again from the first byte not yet in a slot, up to Retries times.
+func (e *Engine) streamPart(ctx context.Context, r Request, stager cufile.Stager, off, size int64, dst uint64, out chan<- filled, slotWait *atomic.Int64) error {
+	pos, end := off, off+size
 	var err error
-	for attempt := 0; attempt <= e.cfg.Retries; attempt++ {
+	for attempt := 0; pos < end; attempt++ {
 		if attempt > 0 {
-			if !objstore.IsRetryable(err) {
+			if attempt > e.cfg.Retries || !objstore.IsRetryable(err) {
 				return err
 			}
 			e.m.ReadRetries.Inc()
@@ -390,29 +401,47 @@ func (e *Engine) fetch(ctx context.Context, r Request, off int64, p []byte) erro
 				return ctx.Err()
 			}
 		}
-		err = e.fetchOnce(ctx, r, off, p)
+		var moved int64
+		moved, err = e.streamOnce(ctx, r, stager, pos, end, dst+uint64(pos-off), out, slotWait)
+		pos += moved
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 	}
-	return err
+	return nil
 }
 
-func (e *Engine) fetchOnce(ctx context.Context, r Request, off int64, p []byte) error {
+// streamOnce sends one GET for [pos, end) and fills slots from its body;
+// it returns how many bytes reached slots.
+func (e *Engine) streamOnce(ctx context.Context, r Request, stager cufile.Stager, pos, end int64, dst uint64, out chan<- filled, slotWait *atomic.Int64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
 	guard.Start(cancel)
 	defer guard.Stop()
-	body, err := e.store.GetRange(ctx, r.Bucket, r.Key, off, int64(len(p)), r.Version)
+	body, err := e.store.GetRange(ctx, r.Bucket, r.Key, pos, end-pos, r.Version)
 	if err != nil {
-		return guard.Err(err)
+		return 0, guard.Err(err)
 	}
 	defer body.Close()
-	if err := guard.ReadFull(ctx, body, p); err != nil {
-		return err
+	var moved int64
+	for pos+moved < end {
+		t0 := time.Now()
+		slot, err := stager.AcquireSlot(ctx)
+		slotWait.Add(int64(time.Since(t0)))
+		if err != nil {
+			return moved, guard.Err(err)
+		}
+		guard.Touch()
+		n := min(int64(len(slot.Buf)), end-pos-moved)
+		if err := guard.ReadFull(ctx, body, slot.Buf[:n]); err != nil {
+			out <- filled{slot: slot} // back to the ring; these bytes are asked for again
+			return moved, err
+		}
+		out <- filled{slot: slot, n: int(n), dstOff: dst + uint64(moved)}
+		moved += n
 	}
-	return objstore.CheckEnd(body)
+	return moved, objstore.CheckEnd(body)
 }
 
 // ReleaseOwner closes a caller's imports (its files are all closed).

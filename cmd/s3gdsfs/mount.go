@@ -44,7 +44,7 @@ type mountFlags struct {
 	rdma, rdmaLib                      string
 	declineIsError                     bool
 	gpuStreams, stagingSlots, gpuOps   int
-	gpuBytes, rdmaChunk                sizeFlag
+	gpuBytes, rdmaChunk, gpuPart       sizeFlag
 	stagingSlotSize                    sizeFlag
 }
 
@@ -90,7 +90,8 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.BoolVar(&mf.declineIsError, "rdma-decline-is-error", false, "fail GPU reads whose RDMA transfer is declined (ECANCELED) instead of falling back to HTTP")
 	fs.IntVar(&mf.gpuStreams, "gpu-streams", rdmaread.DefaultStreams, "parallel ranged GETs per GPU read")
 	fs.IntVar(&mf.gpuOps, "gpu-max-ops", rdmaread.DefaultMaxOps, "server operations of GPU reads in flight, across all callers")
-	mf.gpuBytes, mf.rdmaChunk = rdmaread.DefaultMaxBytes, rdmaread.DefaultRDMAChunk
+	mf.gpuBytes, mf.rdmaChunk, mf.gpuPart = rdmaread.DefaultMaxBytes, rdmaread.DefaultRDMAChunk, rdmaread.DefaultPartSize
+	fs.Var(&mf.gpuPart, "gpu-part-size", "range of one HTTP GET of a GPU read, streamed through the staging slots")
 	fs.Var(&mf.gpuBytes, "gpu-max-bytes", "bytes of GPU reads in flight, across all callers")
 	fs.Var(&mf.rdmaChunk, "rdma-chunk", "largest single RDMA transfer (at most 1GiB); reads are cut into such chunks so callers interleave")
 	fs.IntVar(&mf.stagingSlots, "staging-slots", rdmaread.DefaultSlots, "pinned staging slots per GPU")
@@ -221,6 +222,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.gpuStreams < 1 || mf.stagingSlots < 1 || mf.gpuOps < 1 {
 		return daemon.Config{}, usagef("--gpu-streams, --gpu-max-ops and --staging-slots: at least 1")
 	}
+	if mf.gpuPart < 1<<20 {
+		return daemon.Config{}, usagef("--gpu-part-size %s: at least 1MiB", mf.gpuPart.String())
+	}
 	if mf.rdmaChunk < 1<<20 || mf.rdmaChunk > 1<<30 {
 		return daemon.Config{}, usagef("--rdma-chunk %s: between 1MiB and 1GiB", mf.rdmaChunk.String())
 	}
@@ -286,6 +290,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 				MaxOps:      mf.gpuOps,
 				MaxBytes:    int64(mf.gpuBytes),
 				RDMAChunk:   int64(mf.rdmaChunk),
+				PartSize:    int64(mf.gpuPart),
 				ReadTimeout: mf.readTimeout,
 				Retries:     retriesSetting(mf.retries),
 				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},

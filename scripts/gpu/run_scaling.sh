@@ -22,7 +22,7 @@ for n in ${PROCS//,/ }; do
   echo "raw $w streams: $(cat "$OUT/raw/raw_big_$w.json")"
 done
 
-for path in http rdma; do
+for path in ${PATHS:-http rdma}; do
   flags=()
   [ $path = rdma ] && flags=(--rdma=loopback)
   echo "== GPU $path path"
@@ -32,12 +32,14 @@ for path in http rdma; do
     --label "gpu-$path" --out "$OUT/scaling-$path.json"
   unmount_s3gdsfs | tee "$OUT/peak-$path.txt"
 done
-python3 scripts/plot_scaling.py "$OUT/scaling.png" "$OUT/scaling-http.json" "$OUT/scaling-rdma.json"
+python3 scripts/plot_scaling.py "$OUT/scaling.png" "$OUT"/scaling-*.json
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
-for p in ("http", "rdma"):
-    d = json.load(open(f"{out}/scaling-{p}.json"))
+import glob
+for f in sorted(glob.glob(f"{out}/scaling-*.json")):
+    p = f.rsplit("-", 1)[1][:-5]
+    d = json.load(open(f))
     for r, o in zip(d["runs"], d["ops_runs"] or [{}] * len(d["runs"])):
         print(p, r["procs"], "GB/s %.2f raw %.2f ratio %.2f" % (r["gbps"], r.get("raw", {}).get("gbps", 0), r.get("ratio_to_raw", 0)),
               "dev %.3f" % r["max_share_deviation"], "share", r["transport_share"], "ops/s %.1f raw %.1f" % (o.get("ops_per_s", 0), o.get("raw", {}).get("ops_per_s", 0)),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/s3gdsfs/s3gdsfs/cache"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
@@ -62,62 +63,54 @@ func (h *Handle) isSequential(off int64) bool {
 // ReadAt fills p from off. It returns fewer bytes only at the end of the
 // object.
 func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	size := h.obj.version.Size
-	if off >= size || len(p) == 0 {
-		return 0, nil
+	views, release, err := h.ReadViews(ctx, off, len(p))
+	if err != nil {
+		return 0, err
 	}
-	end := min(off+int64(len(p)), size)
-	h.plan(off, end)
-
-	bs := int64(h.f.cfg.BlockSize)
+	defer release()
 	n := 0
+	for _, v := range views {
+		n += copy(p[n:], v)
+	}
+	return n, nil
+}
+
+// ReadViews is ReadAt without the copy: it returns the cached blocks' bytes
+// covering [off, off+n) (shorter at the end of the object) and a release to
+// call once they are sent.
+func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, func(), error) {
+	size := h.obj.version.Size
+	if off >= size || n == 0 {
+		return nil, func() {}, nil
+	}
+	end := min(off+int64(n), size)
+	h.plan(off, end)
+	bs := int64(h.f.cfg.BlockSize)
+	var views [][]byte
+	var held []*cache.Block
+	release := func() {
+		for _, b := range held {
+			b.Release()
+		}
+	}
 	for pos := off; pos < end; {
 		idx := pos / bs
 		blk, err := h.f.fetch.get(ctx, h.obj, idx)
 		if err != nil {
-			return n, err
+			release()
+			return nil, nil, err
 		}
-		inBlock := pos - idx*bs
-		if inBlock >= int64(len(blk.Data)) {
-			blk.Release()
-			return n, fmt.Errorf("block %d of %s/%s holds %d bytes, want offset %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), inBlock)
+		held = append(held, blk)
+		lo, hi := pos-idx*bs, min(end-idx*bs, bs)
+		if hi > int64(len(blk.Data)) {
+			release()
+			return nil, nil, fmt.Errorf("block %d of %s/%s holds %d bytes, want %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), hi)
 		}
-		c := copy(p[n:end-off], blk.Data[inBlock:])
-		blk.Release()
-		n += c
-		pos += int64(c)
-	}
-	h.f.m.PosixReadBytes.Add(float64(n))
-	return n, nil
-}
-
-// ReadView is ReadAt without the copy: when [off, off+n) lies inside one
-// block (the kernel's aligned reads do), it returns that block's bytes and a
-// release to call once they are sent. Otherwise it returns a nil view and
-// the caller uses ReadAt.
-func (h *Handle) ReadView(ctx context.Context, off int64, n int) ([]byte, func(), error) {
-	size := h.obj.version.Size
-	if off >= size || n == 0 {
-		return []byte{}, func() {}, nil
-	}
-	end := min(off+int64(n), size)
-	bs := int64(h.f.cfg.BlockSize)
-	idx := off / bs
-	if (end-1)/bs != idx {
-		return nil, nil, nil
-	}
-	h.plan(off, end)
-	blk, err := h.f.fetch.get(ctx, h.obj, idx)
-	if err != nil {
-		return nil, nil, err
-	}
-	lo, hi := off-idx*bs, end-idx*bs
-	if hi > int64(len(blk.Data)) {
-		blk.Release()
-		return nil, nil, fmt.Errorf("block %d of %s/%s holds %d bytes, want %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), hi)
+		views = append(views, blk.Data[lo:hi])
+		pos += hi - lo
 	}
 	h.f.m.PosixReadBytes.Add(float64(end - off))
-	return blk.Data[lo:hi], blk.Release, nil
+	return views, release, nil
 }
 
 // plan updates the sequential-read state and starts prefetches. A

@@ -212,7 +212,8 @@ func TestDemoRunsEndToEnd(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"byte-exact", "s3gdsfs_posix_read_bytes_total", "models/checkpoint.bin"} {
+	for _, want := range []string{"byte-exact", "s3gdsfs_posix_read_bytes_total", "models/checkpoint.bin",
+		"via rdma", "decline: server_501", `"server_501":1`, "loopback"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
 		}

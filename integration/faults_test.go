@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -41,7 +42,9 @@ import (
 //
 // A GPU read fetches its slots in parallel streams and waits for the slowest:
 // one such bound, as long as it need not wait for a staging slot that
-// another read holds (the test gives every stream its own). A pread(2) of at most one block may wait on the kernel's
+// another read holds or for its turn in the GPU scheduler (the test gives
+// every stream its own slot, and 16 workers of 4 streams stay within the
+// scheduler's 64 operations in flight). A pread(2) of at most one block may wait on the kernel's
 // readahead request, and after that failed on the one-page request the
 // kernel sends to read the page itself: two requests in series, each of
 // which reads at most two blocks (a request of up to 1 MiB spans two 1 MiB
@@ -249,8 +252,9 @@ func gpuVerified(f *os.File, o faultObject, b *gpuBuf, off, n, dst uint64, slot 
 			c.problem("gpu read %s %d@%d delivered %d bytes, want %d", o.key, n, off, res.Bytes, want)
 			return nil
 		}
-		if sha256.Sum256(region[:want]) != sha256.Sum256(testenv.RandomBytes(o.seed, int64(off), int(want))) {
-			c.problem("CORRUPT: gpu read %s %d@%d: destination differs from the object", o.key, n, off)
+		if expect := testenv.RandomBytes(o.seed, int64(off), int(want)); sha256.Sum256(region[:want]) != sha256.Sum256(expect) {
+			c.problem("CORRUPT: gpu read %s %d@%d into %s+%d: %+v; destination differs from the object: %s", o.key, n, off, b.name, dst, res,
+				describeDiffFill(region[:want], expect, slot, fill))
 		}
 		if slices.ContainsFunc(region[want:], func(x byte) bool { return x != fill }) {
 			c.problem("gpu read %s %d@%d wrote past the %d bytes it reported", o.key, n, off, want)
@@ -695,7 +699,9 @@ func TestObjectReplacedDuringGPUReadIsESTALE(t *testing.T) {
 	srv.PutRandomObject(t, "data", "x.bin", size, 1)
 	gate := &gateStore{gateAt: 4 << 20, reached: make(chan struct{}), gate: make(chan struct{})}
 	mp, dir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
+		c.GPU.Engine.PartSize = 1 << 20 // the second half in GETs of its own
 		c.Core.MetaTTL = 300 * time.Millisecond
+		c.GPU.Engine.PartSize = 1 << 20 // one GET per MiB, so one of them starts past the gate
 		c.WrapStore = func(s objstore.Store) objstore.Store { gate.Store = s; return gate }
 	})
 	f, err := os.Open(filepath.Join(mp, "x.bin"))
@@ -758,5 +764,115 @@ func TestObjectReplacedDuringGPUReadIsESTALE(t *testing.T) {
 	}
 	if sha256.Sum256(buf.mem) != sha256.Sum256(testenv.RandomBytes(2, 0, size)) {
 		t.Fatal("the reopened file did not deliver the new version")
+	}
+}
+
+// describeDiffFill says, slot by slot, where got differs from want: bytes
+// left as they were (fill), or other bytes.
+func describeDiffFill(got, want []byte, slot int, fill byte) string {
+	var parts []string
+	for p := 0; p < len(got); p += slot {
+		e := min(p+slot, len(got))
+		if bytes.Equal(got[p:e], want[p:e]) {
+			continue
+		}
+		first, last := p, e-1
+		for first < e && got[first] == want[first] {
+			first++
+		}
+		for last > first && got[last] == want[last] {
+			last--
+		}
+		what := "other bytes"
+		if bytes.Count(got[first:last+1], []byte{fill}) == last+1-first {
+			what = "left unwritten"
+		}
+		parts = append(parts, fmt.Sprintf("slot %d: [+%d, +%d] %s", p/slot, first, last, what))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// GPU reads interrupted again and again (the kernel turns a signal to the
+// waiting thread into a FUSE INTERRUPT): each call either fails with EINTR,
+// to be repeated, or succeeds with every byte it reports in place. A read
+// must never report bytes it did not deliver.
+func TestInterruptedGPUReadsNeverReportMissingBytes(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	o := faultObject{key: "big.bin", size: 6<<20 + 99, seed: 81}
+	srv.PutRandomObject(t, "data", o.key, o.size, o.seed)
+	mp, bufDir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
+		c.GPU.Engine.Staging.SlotSize = 256 << 10
+		c.GPU.Engine.Staging.Slots = 4  // reads queue for slots: they take a while
+		c.GPU.Engine.PartSize = 1 << 20 // and most take two GETs
+	})
+	f, err := os.Open(filepath.Join(mp, o.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := newGPUBuf(t, bufDir, "dst", int(o.size))
+	const fill = 0x5A
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	stop := make(chan struct{})
+	defer close(stop)
+	var signals atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// SIGURG: the Go runtime's own preemption signal, which it
+			// ignores when it did not send it.
+			unix.Tgkill(unix.Getpid(), tid, unix.SIGURG)
+			signals.Add(1)
+			time.Sleep(time.Duration(100+rand.IntN(20_000)) * time.Microsecond)
+		}
+	}()
+	var eintr, ok, missing int
+	deadline := time.Now().Add(6 * time.Second)
+	r := rand.New(rand.NewPCG(5, 6))
+	for time.Now().Before(deadline) {
+		off := uint64(r.Int64N(o.size - 2<<20))
+		n := uint64(1<<20 + r.IntN(1<<20))
+		for i := range b.mem[:n] {
+			b.mem[i] = fill
+		}
+		req := hostRequest(b.name, off, n, 0)
+		req.Size, req.Version = abi.Size, abi.Version
+		raw := req.Encode()
+		err := rawIoctl(f, abi.IocRead, raw)
+		if errors.Is(err, unix.EINTR) {
+			eintr++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("GPU read: %v", err)
+		}
+		var out abi.ReadRequest
+		out.UnmarshalBinary(raw)
+		if out.Bytes != n {
+			t.Fatalf("GPU read reported %d bytes, want %d", out.Bytes, n)
+		}
+		ok++
+		if expect := testenv.RandomBytes(o.seed, int64(off), int(n)); sha256.Sum256(b.mem[:n]) != sha256.Sum256(expect) {
+			missing++
+			if missing <= 3 {
+				t.Errorf("a GPU read reported success for %d bytes at %d; its destination differs: %s", n, off,
+					describeDiffFill(b.mem[:n], expect, 256<<10, fill))
+			}
+		}
+	}
+	t.Logf("%d signals: %d reads succeeded, %d answered EINTR, %d succeeded with bytes missing", signals.Load(), ok, eintr, missing)
+	if eintr == 0 {
+		t.Error("no read was interrupted: the test did not test interruption")
+	}
+	if ok == 0 {
+		t.Error("no read succeeded")
 	}
 }

@@ -1,0 +1,297 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+)
+
+// oneObject is a Store holding one object, "b/k".
+type oneObject struct{ data []byte }
+
+func (o oneObject) ListBuckets(context.Context) ([]string, error) { return []string{"b"}, nil }
+func (o oneObject) CheckBucket(context.Context, string) error     { return nil }
+func (o oneObject) Stat(_ context.Context, _, key string) (Object, error) {
+	return Object{Key: key, Version: Version{ETag: "e", Size: int64(len(o.data))}}, nil
+}
+func (o oneObject) List(context.Context, string, string, string, int) (Page, error) {
+	return Page{Objects: []Object{{Key: "k"}}}, nil
+}
+func (o oneObject) GetRange(_ context.Context, _, _ string, off, n int64, _ Version) (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(o.data[off : off+n])), nil
+}
+
+func testData(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}
+
+// readBody reads a body the way the read paths do: a StallGuard and
+// ReadFull of exactly n bytes, then a check that the body ends there.
+func readBody(t *testing.T, f *Faulty, off, n int64, timeout time.Duration) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := StallGuard{Timeout: timeout}
+	g.Start(cancel)
+	defer g.Stop()
+	body, err := f.GetRange(ctx, "b", "k", off, n, Version{})
+	if err != nil {
+		return nil, g.Err(err)
+	}
+	defer body.Close()
+	p := make([]byte, n)
+	if err := g.ReadFull(ctx, body, p); err != nil {
+		return nil, err
+	}
+	if err := CheckEnd(body); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func TestFaultyScriptInjectsEachKindAndReadersCatchIt(t *testing.T) {
+	data := testData(64 << 10)
+	script := append([]FaultKind{FaultNone}, AllFaults()...)
+	f := NewFaulty(oneObject{data}, FaultConfig{Script: script, Seed: 1})
+	const off, n = 1000, 50000
+	for _, k := range script {
+		start := time.Now()
+		got, err := readBody(t, f, off, n, 100*time.Millisecond)
+		took := time.Since(start)
+		if k == FaultNone {
+			if err != nil || !bytes.Equal(got, data[off:off+n]) {
+				t.Fatalf("%v: %v, or bytes differ", k, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Fatalf("%v: the read succeeded; the fault went unnoticed", k)
+		}
+		if !IsRetryable(err) {
+			t.Errorf("%v: %v is not retryable", k, err)
+		}
+		switch k {
+		case FaultStallResponse, FaultStallBody:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v: %v, want a timeout", k, err)
+			}
+			if took > 5*time.Second {
+				t.Errorf("%v: the stall was noticed after %v", k, took)
+			}
+		case FaultEarlyEOF, FaultShort:
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("%v: %v, want io.ErrUnexpectedEOF", k, err)
+			}
+		case FaultLong:
+			if !errors.Is(err, ErrLongBody) {
+				t.Errorf("%v: %v, want ErrLongBody", k, err)
+			}
+		case FaultError:
+			var te *TransientError
+			if !errors.As(err, &te) || (te.Code != "SlowDown" && te.Code != "InternalError") {
+				t.Errorf("%v: %v, want a transient server error", k, err)
+			}
+		}
+	}
+	c := f.Counts()
+	if c["calls"] != int64(len(script)) {
+		t.Errorf("calls = %d, want %d", c["calls"], len(script))
+	}
+	for _, k := range AllFaults() {
+		if c[k.String()] != 1 {
+			t.Errorf("count of %v = %d, want 1 (%s)", k, c[k.String()], SortedFaultCounts(c))
+		}
+	}
+	if f.Injected() != int64(len(AllFaults())) {
+		t.Errorf("Injected() = %d", f.Injected())
+	}
+}
+
+func TestFaultyBodiesOnTheMinioPathNeverPassExtraBytes(t *testing.T) {
+	// exactReader wraps every body minio-go returns: a short body becomes
+	// io.ErrUnexpectedEOF and a long one is cut at n.
+	data := testData(10000)
+	for _, k := range []FaultKind{FaultShort, FaultLong, FaultEarlyEOF} {
+		f := NewFaulty(oneObject{data}, FaultConfig{Script: []FaultKind{k}})
+		body, err := f.GetRange(context.Background(), "b", "k", 100, 5000, Version{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(&exactReader{r: body, left: 5000})
+		switch k {
+		case FaultLong:
+			if err != nil || !bytes.Equal(got, data[100:5100]) {
+				t.Errorf("%v through exactReader: %d bytes, %v; want exactly the 5000 asked for", k, len(got), err)
+			}
+		default:
+			if !errors.Is(err, io.ErrUnexpectedEOF) || len(got) >= 5000 {
+				t.Errorf("%v through exactReader: %d bytes, %v; want io.ErrUnexpectedEOF", k, len(got), err)
+			}
+		}
+	}
+}
+
+func TestFaultyBodiesLieAboutTheirLength(t *testing.T) {
+	data := testData(10000)
+	read := func(k FaultKind) ([]byte, error) {
+		f := NewFaulty(oneObject{data}, FaultConfig{Script: []FaultKind{k}})
+		body, err := f.GetRange(context.Background(), "b", "k", 0, 4000, Version{})
+		if err != nil {
+			return nil, err
+		}
+		defer body.Close()
+		return io.ReadAll(body)
+	}
+	got, err := read(FaultShort)
+	if err != nil || len(got) >= 4000 || !bytes.Equal(got, data[:len(got)]) {
+		t.Errorf("short: %d bytes, %v; want fewer than 4000 correct bytes and a clean EOF", len(got), err)
+	}
+	got, err = read(FaultLong)
+	if err != nil || len(got) <= 4000 || !bytes.Equal(got[:4000], data[:4000]) {
+		t.Errorf("long: %d bytes, %v; want the 4000 bytes and more after them", len(got), err)
+	}
+	got, err = read(FaultEarlyEOF)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || len(got) >= 4000 {
+		t.Errorf("early EOF: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestFaultyRandomScheduleIsSeededAndHonoursRate(t *testing.T) {
+	data := testData(4096)
+	run := func(seed uint64, rate float64) []FaultKind {
+		f := NewFaulty(oneObject{data}, FaultConfig{Seed: seed, Rate: rate, Kinds: []FaultKind{FaultError, FaultEarlyEOF, FaultShort, FaultLong}})
+		var kinds []FaultKind
+		for range 2000 {
+			k, _ := f.draw(true)
+			kinds = append(kinds, k)
+		}
+		return kinds
+	}
+	a, b, c := run(42, 0.3), run(42, 0.3), run(43, 0.3)
+	same := func(x, y []FaultKind) bool {
+		for i := range x {
+			if x[i] != y[i] {
+				return false
+			}
+		}
+		return true
+	}
+	if !same(a, b) {
+		t.Fatal("the same seed gave two schedules")
+	}
+	if same(a, c) {
+		t.Fatal("two seeds gave one schedule")
+	}
+	faults := 0
+	seen := map[FaultKind]bool{}
+	for _, k := range a {
+		if k != FaultNone {
+			faults++
+			seen[k] = true
+		}
+	}
+	if faults < 500 || faults > 700 {
+		t.Errorf("%d faults in 2000 at rate 0.3", faults)
+	}
+	if len(seen) != 4 {
+		t.Errorf("kinds drawn: %v, want all four configured", seen)
+	}
+	for _, k := range run(1, 0) {
+		if k != FaultNone {
+			t.Fatal("a fault at rate 0")
+		}
+	}
+}
+
+func TestFaultyMetadataFaultsAreTransientOrStall(t *testing.T) {
+	f := NewFaulty(oneObject{testData(10)}, FaultConfig{Seed: 3, Rate: 1, Metadata: true})
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := f.Stat(ctx, "b", "k")
+		cancel()
+		var te *TransientError
+		if !errors.As(err, &te) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stat under faults: %v", err)
+		}
+		if !IsRetryable(err) {
+			t.Fatalf("%v not retryable", err)
+		}
+	}
+	c := f.Counts()
+	if c["error"] == 0 || c["stall_response"] == 0 || c["early_eof"] != 0 {
+		t.Fatalf("metadata faults: %s", SortedFaultCounts(c))
+	}
+	// Off by default.
+	g := NewFaulty(oneObject{testData(10)}, FaultConfig{Rate: 1})
+	if _, err := g.Stat(context.Background(), "b", "k"); err != nil {
+		t.Fatalf("stat with Metadata off: %v", err)
+	}
+	g.SetRate(0)
+	if _, err := io.ReadAll(must(g.GetRange(context.Background(), "b", "k", 0, 10, Version{}))); err != nil {
+		t.Fatalf("get at rate 0: %v", err)
+	}
+}
+
+func must(r io.ReadCloser, err error) io.Reader {
+	if err != nil {
+		return iotestErrReader{err}
+	}
+	return r
+}
+
+type iotestErrReader struct{ err error }
+
+func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
+
+// spinner answers every read with nothing and no error, forever.
+type spinner struct{}
+
+func (spinner) Read([]byte) (int, error) { return 0, nil }
+
+func TestStallGuardEndsABodyThatReturnsNothingForever(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := StallGuard{Timeout: 20 * time.Millisecond}
+	g.Start(cancel)
+	defer g.Stop()
+	done := make(chan error, 1)
+	go func() { done <- g.ReadFull(ctx, spinner{}, make([]byte, 10)) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%v, want a timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadFull spins on a body that returns (0, nil)")
+	}
+}
+
+func TestStallGuardErrTellsAStallFromACallerCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := StallGuard{Timeout: time.Hour}
+	g.Start(cancel)
+	cancel() // the caller gave up: not a stall
+	g.Stop()
+	if err := g.Err(context.Canceled); !errors.Is(err, context.Canceled) || IsRetryable(err) {
+		t.Fatalf("caller cancel: %v", err)
+	}
+	_ = ctx
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	g = StallGuard{Timeout: time.Millisecond}
+	g.Start(cancel)
+	<-ctx.Done()
+	if err := g.Err(ctx.Err()); !errors.Is(err, context.DeadlineExceeded) || !IsRetryable(err) {
+		t.Fatalf("stall: %v, want a retryable timeout", err)
+	}
+	if err := g.Err(nil); err != nil {
+		t.Fatalf("Err(nil) = %v", err)
+	}
+}

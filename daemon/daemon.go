@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,6 +86,7 @@ type Daemon struct {
 	http    *http.Server
 	addr    string
 	stop    context.CancelFunc
+	closing sync.Once
 }
 
 // Start checks the endpoint, mounts, and serves metrics. Every failure is
@@ -173,8 +175,10 @@ func (d *Daemon) Wait() {
 	d.shutdown()
 }
 
-// shutdown stops background work and frees staging memory.
-func (d *Daemon) shutdown() {
+// shutdown stops background work and frees staging memory, once.
+func (d *Daemon) shutdown() { d.closing.Do(d.release) }
+
+func (d *Daemon) release() {
 	if d.stop != nil {
 		d.stop()
 	}
@@ -270,6 +274,7 @@ func (d *Daemon) Unmount() error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = d.server.Unmount(); err == nil {
+			d.shutdown()
 			return nil
 		}
 		d.cfg.Log.Warn("unmount failed, retrying", "mountpoint", d.cfg.Mountpoint, "err", err)
@@ -277,6 +282,7 @@ func (d *Daemon) Unmount() error {
 	}
 	if lerr := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH); lerr == nil {
 		d.cfg.Log.Warn("mount was busy: detached lazily", "mountpoint", d.cfg.Mountpoint)
+		d.shutdown()
 		return nil
 	}
 	return fmt.Errorf("unmount %s: %w", d.cfg.Mountpoint, err)
@@ -331,6 +337,8 @@ func explainCheck(err error, cfg Config) error {
 		return fmt.Errorf("bucket %q does not exist at %s (--bucket)", cfg.Core.Bucket, ep)
 	case errors.Is(err, objstore.ErrAccessDenied):
 		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
+	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
+		return fmt.Errorf("TLS with %s failed (a private CA? pass it with --ca-bundle): %v", ep, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("endpoint %s did not answer within %s (--endpoint, --connect-timeout): %v", ep, cfg.CheckTimeout, err)
 	}

@@ -408,7 +408,9 @@ func (e *Engine) streamPart(ctx context.Context, r Request, stager cufile.Stager
 			return err
 		}
 	}
-	return nil
+	// Every byte is in, but the reply ran on past the range: a server
+	// that answers with more than it was asked is not trusted.
+	return err
 }
 
 // streamOnce sends one GET for [pos, end) and fills slots from its body;

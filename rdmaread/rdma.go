@@ -130,6 +130,9 @@ func (e *Engine) readRDMA(ctx context.Context, r Request, n int64, alloc cufile.
 		}
 	}
 	res.Bytes = res.RDMABytes + res.HTTPBytes
+	if res.Bytes != n {
+		return Result{}, fmt.Errorf("rdmaread: %d of %d bytes carried", res.Bytes, n)
+	}
 	res.Transport = abi.TransportRDMA
 	if res.HTTPBytes > 0 {
 		res.Transport = abi.TransportHTTP
@@ -168,6 +171,11 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 	if isObjectAnswer(err) || ctx.Err() != nil {
 		if rep.Body != nil {
 			rep.Body.Close()
+		}
+		if err == nil || !isObjectAnswer(err) {
+			// The caller gave up: whatever the server said, this part
+			// is not done.
+			err = ctx.Err()
 		}
 		return partResult{err: err}
 	}

@@ -256,6 +256,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			CABundle:       mf.caBundle,
 			VirtualHost:    mf.virtualHost,
 			ConnectTimeout: mf.connectTimeout,
+			// Lookups and listings wait no longer for a reply than reads
+			// wait for their bytes.
+			ResponseTimeout: mf.readTimeout,
 		},
 		Core: vfs.Config{
 			Bucket:        bucket,

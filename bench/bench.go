@@ -73,7 +73,7 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 	r.Measurements = append(r.Measurements, raw...)
 	r.Targets = append(r.Targets, statusOf("raw", "minio-go "+moduleVersion("github.com/minio/minio-go/v7"), raw))
 
-	targets := []target{s3gdsfsTarget(cfg.bin, srv)}
+	targets := []target{s3gdsfsTarget(cfg.bin, cfg.mountFlags, srv)}
 	if cfg.skipPeers {
 		r.Targets = append(r.Targets,
 			targetStatus{Name: "rclone", Status: "skipped", Reason: "-skip-peers"},

@@ -26,6 +26,7 @@ type config struct {
 	runs       int
 	sizeScale  float64
 	skipPeers  bool
+	mountFlags string
 	remount    bool
 	runTimeout time.Duration
 }
@@ -39,6 +40,7 @@ func run() int {
 	flag.IntVar(&cfg.runs, "runs", 3, "timed runs per measurement")
 	flag.Float64Var(&cfg.sizeScale, "size-scale", 1, "scale object sizes (0.25 for a quick run)")
 	flag.BoolVar(&cfg.skipPeers, "skip-peers", false, "do not measure rclone and s3fs")
+	flag.StringVar(&cfg.mountFlags, "s3gdsfs-flags", "", "extra flags for `s3gdsfs mount`, space-separated (to compare settings)")
 	flag.BoolVar(&cfg.remount, "remount", false, "mount afresh before every timed run so no daemon-side cache survives between runs")
 	flag.DurationVar(&cfg.runTimeout, "run-timeout", 10*time.Minute, "abort a timed run (and its mount) after this long")
 	flag.Parse()

@@ -21,7 +21,7 @@ type target struct {
 	spec func(mountpoint string) mountSpec
 }
 
-func s3gdsfsTarget(bin string, srv *testenv.Server) target {
+func s3gdsfsTarget(bin, extraFlags string, srv *testenv.Server) target {
 	t := target{name: "s3gdsfs"}
 	abs, err := filepath.Abs(bin)
 	if err == nil {
@@ -37,11 +37,11 @@ func s3gdsfsTarget(bin string, srv *testenv.Server) target {
 	}
 	t.spec = func(mp string) mountSpec {
 		return mountSpec{
-			argv: []string{abs, "mount",
+			argv: append(append([]string{abs, "mount",
 				"--endpoint", srv.Endpoint,
 				"--bucket", bucketName,
-				"--metrics-addr", "127.0.0.1:0",
-				mp},
+				"--metrics-addr", "127.0.0.1:0"},
+				strings.Fields(extraFlags)...), mp),
 			env: []string{
 				"AWS_ACCESS_KEY_ID=" + srv.AccessKey,
 				"AWS_SECRET_ACCESS_KEY=" + srv.SecretKey,

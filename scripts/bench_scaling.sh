@@ -23,7 +23,13 @@ mkdir -p "$ROOT/data" "$ROOT/meta"
   --port 127.0.0.1:$PORT --quiet posix --sidecar "$ROOT/meta" "$ROOT/data" > "$OUT/versitygw.log" 2>&1 &
 VGW=$!
 DAEMON=
-trap '[ -n "$DAEMON" ] && kill -INT $DAEMON; sleep 1; umount -l "$MP" 2>/dev/null; kill $VGW; rm -rf "$ROOT"' EXIT
+cleanup() {
+  if [ -n "$DAEMON" ]; then kill -INT "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; fi
+  umount -l "$MP" 2>/dev/null || true
+  kill "$VGW" 2>/dev/null || true
+  rm -rf "$ROOT"
+}
+trap cleanup EXIT
 for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
 
 bin/s3load put --endpoint $EP --bucket bench --prefix obj- --count 16 --size "$SIZE" --seed 7 > "$OUT/objects.json"

@@ -15,7 +15,7 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle test demo bench bench-scaling fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
@@ -71,6 +71,10 @@ demo: build
 
 bench: bench-deps build
 	$(GO) run ./bench -bin $(BIN) -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+# bench-rdma: the daemon's time per RDMA read beyond the loopback fabric's own work.
+bench-rdma: deps
+	$(GO) test -run '^$$' -bench LoopbackRDMA -benchtime 40x ./integration
 
 # bench-scaling: N = 1, 2, 4, 8 processes through one mount against raw GETs
 # with the same streams (the GPU paths: scripts/gpu/run_scaling.sh).

@@ -23,7 +23,7 @@ import (
 
 // gpuMount mounts bucket with the host stand-in in place of CUDA: buffers
 // are files in the returned directory (a test aid; see docs/ioctl.md).
-func gpuMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (mp, bufDir string, d *daemon.Daemon) {
+func gpuMount(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (mp, bufDir string, d *daemon.Daemon) {
 	t.Helper()
 	bufDir = t.TempDir()
 	mp, d = mountOf(t, srv, bucket, func(c *daemon.Config) {
@@ -40,7 +40,7 @@ func gpuMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemo
 
 // hostBuffer makes a stand-in "device allocation" of size bytes filled with
 // fill, and returns the name to put in the request.
-func hostBuffer(t *testing.T, dir, name string, size int, fill byte) string {
+func hostBuffer(t testing.TB, dir, name string, size int, fill byte) string {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), bytes.Repeat([]byte{fill}, size), 0o600); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ import (
 )
 
 // mountOf mounts bucket of srv in a temporary directory for the test.
-func mountOf(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, *daemon.Daemon) {
+func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, *daemon.Daemon) {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	mp := t.TempDir()
@@ -56,7 +56,7 @@ func mountOf(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon
 	return mp, d
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))

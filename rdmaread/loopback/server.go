@@ -132,7 +132,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := &target{token: tok, region: reg, off: off, short: mode == ShortTransfer}
+	start := time.Now()
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	s.f.count(func(st *Stats) { st.ServeNanos += int64(time.Since(start)) })
 }
 
 // writeIntoRegion turns the upstream's body into a loopback RDMA write: the

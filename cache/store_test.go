@@ -585,8 +585,11 @@ func TestConcurrentBlocksStayWithinBudget(t *testing.T) {
 	if used := s.Budget().Used(); used != 0 {
 		t.Fatalf("Used() = %d after removing everything, want 0", used)
 	}
-	if st.Hits == 0 || st.Evictions == 0 {
-		t.Fatalf("stats %+v: the test exercised no hits or no evictions", st)
+	// Hits depend on scheduling (16 writers can keep a 4-block cache empty
+	// on a loaded machine); evictions cannot be avoided, and other tests
+	// count hits deterministically.
+	if st.Evictions == 0 {
+		t.Fatalf("stats %+v: the test exercised no evictions", st)
 	}
 }
 

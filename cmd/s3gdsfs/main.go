@@ -3,6 +3,7 @@
 //
 //	s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
 //	s3gdsfs demo [--once]
+//	s3gdsfs stats PATH
 //	s3gdsfs version
 //
 // As a mount helper (fstab type fuse.s3gdsfs) it is called as
@@ -39,6 +40,8 @@ func run(args []string) int {
 		err = runMount(args[1:], false)
 	case "demo":
 		err = runDemo(args[1:])
+	case "stats":
+		err = runStats(args[1:])
 	case "version", "--version", "-version":
 		fmt.Println("s3gdsfs", version())
 		return 0
@@ -78,6 +81,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
   s3gdsfs demo [--once] [--mountpoint DIR]
+  s3gdsfs stats PATH        (capabilities and counters of a mount, or of a file on it)
   s3gdsfs version
   s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab)
 

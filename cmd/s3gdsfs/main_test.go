@@ -163,6 +163,13 @@ func TestMountServesUntilSIGINTThenUnmounts(t *testing.T) {
 	if err != nil || string(got) != "hello\n" {
 		t.Fatalf("read through the mount: %q %v", got, err)
 	}
+	st := runCLI(t, nil, "stats", mp)
+	if st.code != 0 || !strings.Contains(st.stdout, `"posix_read_bytes_total": 6`) || !strings.Contains(st.stdout, `"abi_version": 1`) {
+		t.Fatalf("stats: exit %d, stdout %s, stderr %s", st.code, st.stdout, st.stderr)
+	}
+	if st := runCLI(t, nil, "stats", t.TempDir()); st.code != exitFailure || !strings.Contains(st.stderr, "s3gdsfs mount") {
+		t.Fatalf("stats of a plain directory: exit %d, %q", st.code, st.stderr)
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

@@ -2,7 +2,6 @@ package rdmaread
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -165,9 +164,4 @@ func (s *Scheduler) InFlight() (ops int, bytes int64, waiting int) {
 		waiting += len(*q)
 	}
 	return s.ops, s.bytes, waiting
-}
-
-func (s *Scheduler) String() string {
-	ops, bytes, waiting := s.InFlight()
-	return fmt.Sprintf("%d ops and %d bytes in flight (max %d, %d), %d waiting", ops, bytes, s.maxOps, s.maxBytes, waiting)
 }

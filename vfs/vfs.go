@@ -312,8 +312,3 @@ func (f *FS) noteSkipped(bucket, key, reason string) {
 		f.log.Warn("key not shown in the mount", "bucket", bucket, "key", key, "reason", reason)
 	}
 }
-
-// Forget drops what the core remembers about an entry whose object changed.
-func (f *FS) Forget(e Entry) {
-	f.meta.Invalidate(e.Path())
-}

@@ -207,16 +207,12 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 					count("posix sequential", n)
 				}
 			case s < 40: // random preads
-				files := make([]*os.File, nObjects)
-				for i := range files {
-					f, err := os.Open(filepath.Join(mp, objs[i].key))
-					if err != nil {
-						fail("stream %d: open: %v", s, err)
-						return
-					}
-					defer f.Close()
-					files[i] = f
+				files, err := openAll(mp, objs)
+				if err != nil {
+					fail("stream %d: %v", s, err)
+					return
 				}
+				defer closeAll(files)
 				for time.Now().Before(deadline) {
 					i := r.IntN(nObjects)
 					off := r.Int64N(objs[i].size)
@@ -232,16 +228,12 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 				}
 			default: // GPU reads into the stream's own stand-in buffer
 				b := newGPUBuf(t, bufDir, fmt.Sprintf("s%d", s), 4<<20+64<<10)
-				files := make([]*os.File, nObjects)
-				for i := range files {
-					f, err := os.Open(filepath.Join(mp, objs[i].key))
-					if err != nil {
-						fail("stream %d: open: %v", s, err)
-						return
-					}
-					defer f.Close()
-					files[i] = f
+				files, err := openAll(mp, objs)
+				if err != nil {
+					fail("stream %d: %v", s, err)
+					return
 				}
+				defer closeAll(files)
 				for time.Now().Before(deadline) {
 					i := r.IntN(nObjects)
 					off := uint64(r.Int64N(objs[i].size))
@@ -415,4 +407,24 @@ func findInObject(o faultObject, piece []byte) int64 {
 		}
 	}
 	return -1
+}
+
+// openAll opens every object of the load through the mount.
+func openAll(mp string, objs []faultObject) ([]*os.File, error) {
+	files := make([]*os.File, 0, len(objs))
+	for _, o := range objs {
+		f, err := os.Open(filepath.Join(mp, o.key))
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("open: %w", err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }

@@ -110,11 +110,11 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("--memory-limit %d: at least four parts (%d)", c.MemoryLimit, 4*c.PartSize)
 	case c.CacheSize < 0 || c.CacheSize > c.MemoryLimit:
 		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
-	case c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/"):
-		c.Prefix += "/"
-	}
-	if c.Prefix != "" && c.Bucket == "" {
+	case c.Prefix != "" && c.Bucket == "":
 		return errors.New("--bucket: a prefix needs a bucket name before it")
+	}
+	if c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
 	}
 	return nil
 }

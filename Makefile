@@ -15,7 +15,7 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
@@ -60,6 +60,22 @@ gpu-bundle:
 	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
 	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw; do xz -6 -T0 -f $$f; done
 	@ls -la $(GPU_BUNDLE)
+
+# posix-bundle: the POSIX benchmark for a machine with more cores and no Go
+# or registry (scripts/gpu/run_posix.sh): the bench binary, plus the peers
+# and fusermount3 from this machine (bench-deps) with the shared libraries
+# s3fs needs beyond glibc, all xz-compressed in .dev/posix.
+POSIX_BUNDLE := .dev/posix
+posix-bundle: gpu-bundle bench-deps
+	rm -rf $(POSIX_BUNDLE) && mkdir -p $(POSIX_BUNDLE)/lib
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(POSIX_BUNDLE)/bench ./bench
+	cp "$$(command -v rclone)" "$$(command -v s3fs)" "$$(command -v fusermount3)" $(POSIX_BUNDLE)/
+	ldd "$$(command -v s3fs)" | awk '$$3 ~ /^\// {print $$3}' \
+	  | grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' \
+	  | xargs -I{} cp -L {} $(POSIX_BUNDLE)/lib/
+	tar -C $(POSIX_BUNDLE) -cf $(POSIX_BUNDLE)/lib.tar lib && rm -rf $(POSIX_BUNDLE)/lib
+	cd $(POSIX_BUNDLE) && for f in bench rclone s3fs fusermount3 lib.tar; do xz -6 -T0 -f $$f; done
+	@ls -la $(POSIX_BUNDLE)
 
 # Tests mount real FUSE filesystems against a real S3 server.
 test: deps

@@ -13,10 +13,17 @@ import (
 // runBench does the whole benchmark. It returns whatever report it could
 // build, even on error, so partial figures are still written.
 func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report, error) {
-	set := newObjectSet(cfg.sizeScale)
+	copies := 1
+	if cfg.fresh {
+		copies = cfg.runs
+		if cfg.warmUp() {
+			copies++ // the warm-up run's own copy
+		}
+	}
+	set := newObjectSets(cfg.sizeScale, copies)
 	r := &report{
 		Machine: describeMachine(),
-		Setup: setup{Runs: cfg.runs, SizeScale: cfg.sizeScale, Remount: cfg.remount,
+		Setup: setup{Runs: cfg.runs, SizeScale: cfg.sizeScale, Remount: cfg.remount, Fresh: cfg.fresh,
 			ReadSize: readSize, GBIs: "1e9 bytes"},
 		Objects: set,
 	}
@@ -66,10 +73,11 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 
 	caches := &cacheDropper{}
 	progress("raw: minio-go against versitygw")
+	serverPid := func() map[string]int { return map[string]int{"server": srv.Pid()} }
 	raw := benchRaw(ctx, cfg, srv, set, hooks{beforeRun: func(context.Context) error {
 		caches.drop()
 		return nil
-	}})
+	}, pids: serverPid})
 	r.Measurements = append(r.Measurements, raw...)
 	r.Targets = append(r.Targets, statusOf("raw", "minio-go "+moduleVersion("github.com/minio/minio-go/v7"), raw))
 
@@ -95,7 +103,7 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 			r.Targets = append(r.Targets, targetStatus{Name: t.name, Status: "skipped", Reason: "interrupted", Version: t.version})
 			continue
 		}
-		ms := benchMount(ctx, cfg, t, set, workdir, cleanups, caches)
+		ms := benchMount(ctx, cfg, t, set, workdir, cleanups, caches, srv.Pid())
 		r.Measurements = append(r.Measurements, ms...)
 		r.Targets = append(r.Targets, statusOf(t.name, t.version, ms))
 	}

@@ -10,7 +10,8 @@ import (
 // benchMount mounts one filesystem and measures a single reader of the
 // large file and four concurrent readers of the medium files, all with
 // 1 MiB read calls, then checks every file's sha256 untimed.
-func benchMount(ctx context.Context, cfg config, t target, set objectSet, workdir string, cleanups *cleanupStack, caches *cacheDropper) []*measurement {
+func benchMount(ctx context.Context, cfg config, t target, sets objectSets, workdir string, cleanups *cleanupStack, caches *cacheDropper, serverPid int) []*measurement {
+	set := sets.forRun(0) // sizes and names; every copy has the same shape
 	single := &measurement{Target: t.name, Test: "single", Bytes: set.Large.Size,
 		Description: "1 reader, 1 MiB reads of " + set.Large.Key}
 	four := &measurement{Target: t.name, Test: "four", Bytes: set.mediumBytes(),
@@ -72,6 +73,13 @@ func benchMount(ctx context.Context, cfg config, t target, set objectSet, workdi
 			caches.drop()
 			return nil
 		},
+		pids: func() map[string]int {
+			p := map[string]int{"server": serverPid}
+			if current != nil {
+				p["fs"] = current.cmd.Process.Pid
+			}
+			return p
+		},
 		onTimeout: func() {
 			if m := current; m != nil {
 				m.kill()
@@ -90,12 +98,12 @@ func benchMount(ctx context.Context, cfg config, t target, set objectSet, workdi
 		return drain(ctx, o, 0, f)
 	}
 
-	measure(ctx, cfg, single, h, func(ctx context.Context) (int64, error) {
-		return readFile(ctx, set.Large)
+	measure(ctx, cfg, single, h, func(ctx context.Context, run int) (int64, error) {
+		return readFile(ctx, sets.forRun(run).Large)
 	})
-	measure(ctx, cfg, four, h, func(ctx context.Context) (int64, error) {
+	measure(ctx, cfg, four, h, func(ctx context.Context, run int) (int64, error) {
 		var jobs []func(context.Context) (int64, error)
-		for _, o := range set.Medium {
+		for _, o := range sets.forRun(run).Medium {
 			jobs = append(jobs, func(ctx context.Context) (int64, error) { return readFile(ctx, o) })
 		}
 		return parallel(ctx, len(jobs), jobs)
@@ -105,15 +113,15 @@ func benchMount(ctx context.Context, cfg config, t target, set objectSet, workdi
 		return all
 	}
 	progress("%s: verifying sha256 of every file", t.name)
-	markVerified(all, verifyFiles(current, set))
+	markVerified(all, verifyFiles(current, sets))
 	return all
 }
 
-func verifyFiles(m *mount, set objectSet) error {
+func verifyFiles(m *mount, sets objectSets) error {
 	if m == nil {
 		return fmt.Errorf("not mounted")
 	}
-	for _, o := range set.all() {
+	for _, o := range sets.all() {
 		f, err := os.Open(m.path(o))
 		if err != nil {
 			return err

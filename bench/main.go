@@ -4,7 +4,7 @@
 // goals. Run it with `make bench` (which installs the peers and builds
 // bin/s3gdsfs), or directly:
 //
-//	go run ./bench -bin bin/s3gdsfs -out out/bench [-runs 3] [-size-scale 0.25] [-skip-peers] [-remount]
+//	go run ./bench -bin bin/s3gdsfs -out out/bench [-runs 3] [-size-scale 0.25] [-skip-peers] [-fresh=false] [-remount]
 //
 // It writes out/bench/posix.json and out/bench/posix.txt (also printed on
 // stdout); progress goes to stderr and daemon logs to out/bench/logs/.
@@ -28,8 +28,12 @@ type config struct {
 	skipPeers  bool
 	mountFlags string
 	remount    bool
+	fresh      bool
 	runTimeout time.Duration
 }
+
+// warmUp: with fresh objects on a kept mount, one untimed run comes first.
+func (c config) warmUp() bool { return c.fresh && !c.remount }
 
 func main() { os.Exit(run()) }
 
@@ -41,7 +45,8 @@ func run() int {
 	flag.Float64Var(&cfg.sizeScale, "size-scale", 1, "scale object sizes (0.25 for a quick run)")
 	flag.BoolVar(&cfg.skipPeers, "skip-peers", false, "do not measure rclone and s3fs")
 	flag.StringVar(&cfg.mountFlags, "s3gdsfs-flags", "", "extra flags for `s3gdsfs mount`, space-separated (to compare settings)")
-	flag.BoolVar(&cfg.remount, "remount", false, "mount afresh before every timed run so no daemon-side cache survives between runs")
+	flag.BoolVar(&cfg.fresh, "fresh", true, "every timed run reads its own copy of the objects, so nothing a run reads was read before (one mount per target: a warm daemon, nothing cached); -fresh=false re-reads one copy")
+	flag.BoolVar(&cfg.remount, "remount", false, "mount afresh before every timed run (a cold daemon each time; with -fresh=false, no daemon-side cache survives between runs)")
 	flag.DurationVar(&cfg.runTimeout, "run-timeout", 10*time.Minute, "abort a timed run (and its mount) after this long")
 	flag.Parse()
 	if cfg.runs < 1 || cfg.sizeScale <= 0 || cfg.sizeScale > 16 {

@@ -23,23 +23,41 @@ type measurement struct {
 	// a separate untimed pass matched each object's sha256.
 	Verified bool   `json:"verified"`
 	Error    string `json:"error,omitempty"`
+	// CPUPerGB is CPU seconds per GB read, over all runs, by role: the
+	// reading process (the bench itself: the raw client, or the reader of a
+	// mount), the filesystem's daemon, and the S3 server. On a machine that
+	// runs all three, their sum is what bounds throughput.
+	CPUPerGB map[string]float64 `json:"cpu_seconds_per_gb,omitempty"`
 }
 
 func (m *measurement) ok() bool { return m.Error == "" && len(m.GBps) > 0 }
 
 // readFunc reads the test's bytes once and returns how many it read.
-type readFunc func(ctx context.Context) (int64, error)
+// run counts timed runs from 0.
+type readFunc func(ctx context.Context, run int) (int64, error)
 
 // hooks let a target prepare each run (drop caches, remount) and abort a
 // run that hangs (kill the mount so blocked reads return).
 type hooks struct {
 	beforeRun func(ctx context.Context) error
 	onTimeout func()
+	// pids names the processes whose CPU time a run is charged with, by
+	// role ("fs", "server"); the bench's own is always counted as "reader".
+	pids func() map[string]int
 }
 
 // measure times read cfg.runs times; each run must read exactly bytes.
+// With cfg.warmUp an untimed run comes first, reading its own copy of the
+// objects (the last one), so the timed runs see a daemon whose buffers and
+// connections already exist.
 func measure(ctx context.Context, cfg config, m *measurement, h hooks, read readFunc) {
-	for i := 1; i <= cfg.runs; i++ {
+	cpuTotals := map[string]float64{}
+	first := 1
+	if cfg.warmUp() {
+		first = 0
+	}
+	for i := first; i <= cfg.runs; i++ {
+		warm := i == 0
 		if err := ctx.Err(); err != nil {
 			m.Error = err.Error()
 			return
@@ -62,9 +80,15 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 				h.onTimeout()
 			}
 		})
+		cpu := startCPUCount(h.pids)
 		start := time.Now()
-		n, err := read(runCtx)
+		copyIndex := i - 1
+		if warm {
+			copyIndex = cfg.runs
+		}
+		n, err := read(runCtx, copyIndex)
 		elapsed := time.Since(start)
+		cpu.stop()
 		if !watchdog.Stop() {
 			<-abortDone // let the abort finish before the next run starts
 		}
@@ -79,14 +103,24 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 			m.Error = fmt.Sprintf("run %d: %v", i, err)
 			return
 		}
+		if warm {
+			progress("%-8s %-7s warm-up run: %.3f GB/s (%.2fs, not counted)", m.Target, m.Test, float64(n)/elapsed.Seconds()/1e9, elapsed.Seconds())
+			continue
+		}
 		gbps := float64(n) / elapsed.Seconds() / 1e9
 		m.Seconds = append(m.Seconds, elapsed.Seconds())
 		m.GBps = append(m.GBps, gbps)
+		cpu.addTo(&cpuTotals)
 		progress("%-8s %-7s run %d/%d: %.3f GB/s (%.2fs)", m.Target, m.Test, i, cfg.runs, gbps, elapsed.Seconds())
 	}
 	sorted := slices.Sorted(slices.Values(m.GBps))
 	m.MinGBps, m.MaxGBps = sorted[0], sorted[len(sorted)-1]
 	m.MedianGBps = median(sorted)
+	gb := float64(m.Bytes) * float64(len(m.GBps)) / 1e9
+	m.CPUPerGB = map[string]float64{}
+	for role, secs := range cpuTotals {
+		m.CPUPerGB[role] = secs / gb
+	}
 }
 
 func median(sorted []float64) float64 {

@@ -42,16 +42,61 @@ func (s objectSet) mediumBytes() int64 {
 
 func (s objectSet) totalBytes() int64 { return s.Large.Size + s.mediumBytes() }
 
-func newObjectSet(scale float64) objectSet {
-	set := objectSet{Large: object{Key: "large.bin", Size: scaled(gib, scale), Seed: 1000}}
-	for i := 1; i <= 4; i++ {
-		set.Medium = append(set.Medium, object{
-			Key:  fmt.Sprintf("medium-%d.bin", i),
-			Size: scaled(256*mib, scale),
-			Seed: int64(1000 + i),
-		})
+// objectSets are the copies of the object set: one per timed run with
+// -fresh (each run reads data no earlier run read), or one shared by all.
+type objectSets []objectSet
+
+// forRun is the set timed run run (0-based) reads.
+func (ss objectSets) forRun(run int) objectSet { return ss[run%len(ss)] }
+
+func (ss objectSets) all() []object {
+	var out []object
+	for _, s := range ss {
+		out = append(out, s.all()...)
 	}
-	return set
+	return out
+}
+
+func (ss objectSets) totalBytes() int64 {
+	var n int64
+	for _, s := range ss {
+		n += s.totalBytes()
+	}
+	return n
+}
+
+// upload creates the bucket and stores every copy, filling in checksums.
+func (ss objectSets) upload(ctx context.Context, srv *testenv.Server) error {
+	if err := srv.MakeBucket(ctx, bucketName); err != nil {
+		return err
+	}
+	for i := range ss {
+		if err := ss[i].upload(ctx, srv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newObjectSets(scale float64, copies int) objectSets {
+	var ss objectSets
+	for c := 1; c <= copies; c++ {
+		suffix := ""
+		if copies > 1 {
+			suffix = fmt.Sprintf("-r%d", c)
+		}
+		seed := int64(1000 * c)
+		set := objectSet{Large: object{Key: "large" + suffix + ".bin", Size: scaled(gib, scale), Seed: seed}}
+		for i := 1; i <= 4; i++ {
+			set.Medium = append(set.Medium, object{
+				Key:  fmt.Sprintf("medium-%d%s.bin", i, suffix),
+				Size: scaled(256*mib, scale),
+				Seed: seed + int64(i),
+			})
+		}
+		ss = append(ss, set)
+	}
+	return ss
 }
 
 // scaled rounds size*scale to whole MiB, at least one.
@@ -60,11 +105,8 @@ func scaled(size int64, scale float64) int64 {
 	return max(n, mib)
 }
 
-// upload creates the bucket and stores every object, filling in checksums.
+// upload stores every object of the set, filling in checksums.
 func (s *objectSet) upload(ctx context.Context, srv *testenv.Server) error {
-	if err := srv.MakeBucket(ctx, bucketName); err != nil {
-		return err
-	}
 	objs := []*object{&s.Large}
 	for i := range s.Medium {
 		objs = append(objs, &s.Medium[i])

@@ -15,7 +15,8 @@ const (
 
 // benchRaw measures minio-go straight against the server: the ceiling a
 // filesystem on the same machine can hope to approach.
-func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, set objectSet, h hooks) []*measurement {
+func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, sets objectSets, h hooks) []*measurement {
+	set := sets.forRun(0) // sizes and names; every copy has the same shape
 	get := func(ctx context.Context, o object, off, end int64) (int64, error) {
 		opts := minio.GetObjectOptions{}
 		if off != 0 || end != o.Size {
@@ -33,26 +34,28 @@ func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, set objectSe
 
 	single := &measurement{Target: "raw", Test: "single", Bytes: set.Large.Size,
 		Description: "minio-go, one GET stream of " + set.Large.Key}
-	measure(ctx, cfg, single, h, func(ctx context.Context) (int64, error) {
-		return get(ctx, set.Large, 0, set.Large.Size)
+	measure(ctx, cfg, single, h, func(ctx context.Context, run int) (int64, error) {
+		large := sets.forRun(run).Large
+		return get(ctx, large, 0, large.Size)
 	})
 
 	ranges := &measurement{Target: "raw", Test: "ranges", Bytes: set.Large.Size,
 		Description: fmt.Sprintf("minio-go, %s in 16 MiB ranges, %d workers", set.Large.Key, rangeWorkers)}
-	measure(ctx, cfg, ranges, h, func(ctx context.Context) (int64, error) {
+	measure(ctx, cfg, ranges, h, func(ctx context.Context, run int) (int64, error) {
+		large := sets.forRun(run).Large
 		var jobs []func(context.Context) (int64, error)
-		for off := int64(0); off < set.Large.Size; off += rangeSize {
-			end := min(off+rangeSize, set.Large.Size)
-			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, set.Large, off, end) })
+		for off := int64(0); off < large.Size; off += rangeSize {
+			end := min(off+rangeSize, large.Size)
+			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, large, off, end) })
 		}
 		return parallel(ctx, rangeWorkers, jobs)
 	})
 
 	four := &measurement{Target: "raw", Test: "four", Bytes: set.mediumBytes(),
 		Description: "minio-go, 4 workers, one medium object each"}
-	measure(ctx, cfg, four, h, func(ctx context.Context) (int64, error) {
+	measure(ctx, cfg, four, h, func(ctx context.Context, run int) (int64, error) {
 		var jobs []func(context.Context) (int64, error)
-		for _, o := range set.Medium {
+		for _, o := range sets.forRun(run).Medium {
 			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, o, 0, o.Size) })
 		}
 		return parallel(ctx, len(jobs), jobs)
@@ -65,7 +68,7 @@ func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, set objectSe
 	// The untimed full check that the server holds what was uploaded.
 	progress("raw: verifying sha256 of every object")
 	var verifyErr error
-	for _, o := range set.all() {
+	for _, o := range sets.all() {
 		if verifyErr = verifyRawObject(ctx, srv, o); verifyErr != nil {
 			break
 		}

@@ -12,7 +12,7 @@ import (
 type report struct {
 	Machine      machineInfo    `json:"machine"`
 	Setup        setup          `json:"setup"`
-	Objects      objectSet      `json:"objects"`
+	Objects      objectSets     `json:"objects"` // one set per timed run with -fresh
 	Targets      []targetStatus `json:"targets"`
 	Measurements []*measurement `json:"measurements"`
 	Ratios       []ratio        `json:"ratios"`
@@ -22,6 +22,7 @@ type setup struct {
 	Runs      int     `json:"runs"`
 	SizeScale float64 `json:"size_scale"`
 	Remount   bool    `json:"remount_each_run"`
+	Fresh     bool    `json:"fresh_objects_each_run"`
 	Server    string  `json:"server"`
 	PosixDir  string  `json:"posix_dir"`
 	PageCache string  `json:"page_cache"`
@@ -132,21 +133,29 @@ func (r *report) table() string {
 	fmt.Fprintf(&b, "server:     %s\n", r.Setup.Server)
 	fmt.Fprintf(&b, "posix dir:  %s\n", r.Setup.PosixDir)
 	fmt.Fprintf(&b, "page cache: %s\n", r.Setup.PageCache)
-	if r.Setup.Remount {
-		fmt.Fprintf(&b, "mounts:     remounted before every timed run\n")
-	} else {
+	switch {
+	case r.Setup.Remount:
+		fmt.Fprintf(&b, "mounts:     remounted before every timed run (a cold daemon each time)\n")
+	case r.Setup.Fresh:
+		fmt.Fprintf(&b, "mounts:     one mount per target, kept across runs; one untimed warm-up run first (a warm daemon)\n")
+	default:
 		fmt.Fprintf(&b, "mounts:     one mount per target (a daemon's own cache may serve repeated runs; -remount avoids it)\n")
 	}
-	fmt.Fprintf(&b, "objects:    %s x1, %s x%d; %d runs each; GB/s with GB = 1e9 bytes\n\n",
-		humanBytes(r.Objects.Large.Size), humanBytes(r.Objects.Medium[0].Size), len(r.Objects.Medium), r.Setup.Runs)
+	first := r.Objects.forRun(0)
+	copies := "one copy read by every run"
+	if r.Setup.Fresh {
+		copies = "each run reads its own copy, never read before"
+	}
+	fmt.Fprintf(&b, "objects:    %s x1, %s x%d; %d timed runs each, %s; GB/s with GB = 1e9 bytes\n\n",
+		humanBytes(first.Large.Size), humanBytes(first.Medium[0].Size), len(first.Medium), r.Setup.Runs, copies)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\ttest\tmedian GB/s\tmin\tmax\tverified\tdescription")
+	fmt.Fprintln(tw, "target\ttest\tmedian GB/s\tmin\tmax\tverified\tCPU s/GB reader+fs+server\tdescription")
 	for _, x := range r.Measurements {
 		if x.ok() {
-			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%v\t%s\n", x.Target, x.Test, x.MedianGBps, x.MinGBps, x.MaxGBps, x.Verified, x.Description)
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%v\t%s\t%s\n", x.Target, x.Test, x.MedianGBps, x.MinGBps, x.MaxGBps, x.Verified, cpuColumn(x.CPUPerGB), x.Description)
 		} else {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tFAILED: %s\n", x.Target, x.Test, oneLine(x.Error))
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\tFAILED: %s\n", x.Target, x.Test, oneLine(x.Error))
 		}
 	}
 	tw.Flush()
@@ -187,4 +196,23 @@ func oneLine(s string) string {
 		return s[:i] + " ..."
 	}
 	return s
+}
+
+// cpuColumn writes CPU seconds per GB as reader+fs+server=total; a role not
+// measured (no daemon for raw reads) is "-".
+func cpuColumn(c map[string]float64) string {
+	if len(c) == 0 {
+		return "-"
+	}
+	part := func(role string) string {
+		if v, ok := c[role]; ok {
+			return fmt.Sprintf("%.2f", v)
+		}
+		return "-"
+	}
+	total := 0.0
+	for _, v := range c {
+		total += v
+	}
+	return fmt.Sprintf("%s+%s+%s=%.2f", part("reader"), part("fs"), part("server"), total)
 }

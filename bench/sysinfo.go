@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
+	"debug/buildinfo"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -62,15 +62,17 @@ func procField(path, key string) string {
 // versityGWVersion reads the module version Go stamped into the binary
 // (the binary's own --version says "git" when built by go install).
 func versityGWVersion(bin string) string {
-	out, err := exec.Command("go", "version", "-m", bin).Output()
+	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		return "unknown"
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "mod" && f[1] == "github.com/versity/versitygw" {
-			return f[2]
+	for _, dep := range info.Deps {
+		if dep.Path == "github.com/versity/versitygw" {
+			return dep.Version
 		}
+	}
+	if info.Main.Path == "github.com/versity/versitygw" {
+		return info.Main.Version
 	}
 	return "unknown"
 }

@@ -26,9 +26,49 @@ type Options struct {
 	AllowOther bool   // let users other than the mounting one in (docs/operations.md)
 	FsName     string // shown in /proc/mounts
 	Debug      bool   // log every FUSE request
-	// DirectIO bypasses the kernel's page cache: reads go straight to the
-	// daemon in the caller's sizes, and nothing is cached across opens.
-	DirectIO bool
+	// DirectIO says which opens bypass the kernel's page cache; the zero
+	// value is DirectIOAuto with DefaultDirectIOMinSize.
+	DirectIO DirectIO
+	// DirectIOMinSize is the smallest object DirectIOAuto reads with direct
+	// I/O (0: DefaultDirectIOMinSize).
+	DirectIOMinSize int64
+}
+
+// DirectIO is the page-cache policy of a mount. A read through the page
+// cache costs one more copy of every byte (the daemon's reply lands in cache
+// pages, then the reader copies it out) and in exchange keeps the data for
+// later opens; direct I/O copies the reply straight into the reader's buffer.
+type DirectIO int
+
+const (
+	// DirectIOAuto reads objects of at least DirectIOMinSize with direct
+	// I/O (large shards, read once per epoch, where the copy is what
+	// costs) and smaller ones through the page cache (where repeated
+	// epochs are then free).
+	DirectIOAuto DirectIO = iota
+	// DirectIOAlways bypasses the page cache for every object.
+	DirectIOAlways
+	// DirectIONever reads every object through the page cache.
+	DirectIONever
+)
+
+// DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
+const DefaultDirectIOMinSize = 64 << 20
+
+// directIO reports whether an open of an object of size bytes bypasses the
+// page cache.
+func (o Options) directIO(size int64) bool {
+	switch o.DirectIO {
+	case DirectIOAlways:
+		return true
+	case DirectIONever:
+		return false
+	}
+	min := o.DirectIOMinSize
+	if min <= 0 {
+		min = DefaultDirectIOMinSize
+	}
+	return size >= min
 }
 
 // mount is state shared by every node of one mount.
@@ -71,6 +111,9 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			AllowOther:   opts.AllowOther,
 			MaxWrite:     MaxRead,
 			MaxReadAhead: MaxRead,
+			// mmap of a file opened with direct I/O (kernel 6.6 and later;
+			// older kernels refuse shared mappings of such files).
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 			// More parallel reads from the kernel's readahead.
 			MaxBackground: 64,
 			// The kernel checks modes and ownership itself, so AllowOther
@@ -235,7 +278,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if f.cachedVersion == e.Version.ID() {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
-	if f.mount.opts.DirectIO {
+	if f.mount.opts.directIO(e.Version.Size) {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
 	}
 	f.cachedVersion = e.Version.ID()

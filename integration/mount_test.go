@@ -186,6 +186,66 @@ func TestSequentialAndRandomReadsAreByteExact(t *testing.T) {
 	}
 }
 
+// posixReadBytes is the daemon's count of bytes it answered read(2) with.
+func posixReadBytes(t *testing.T, mp string) float64 {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	n, err := syscall.Getxattr(mp, "user.s3gdsfs.stats", buf)
+	if err != nil {
+		t.Fatalf("stats xattr: %v", err)
+	}
+	var stats map[string]any
+	if err := json.Unmarshal(buf[:n], &stats); err != nil {
+		t.Fatal(err)
+	}
+	return stats["posix_read_bytes_total"].(float64)
+}
+
+// With the default policy, objects from --direct-io-min-size up bypass the
+// page cache (every open reaches the daemon) and smaller ones keep it across
+// opens; a direct-I/O file still maps with mmap.
+func TestLargeObjectsUseDirectIOAndSmallOnesThePageCache(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const small, large = 512 << 10, 6<<20 + 123
+	smallSum := srv.PutRandomObject(t, "data", "small.bin", small, 3)
+	largeSum := srv.PutRandomObject(t, "data", "large.bin", large, 4)
+	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.DirectIOMinSize = 4 << 20 })
+
+	readTwice := func(name, sum string) float64 {
+		before := posixReadBytes(t, mp)
+		for range 2 {
+			if got := fileSHA256(t, filepath.Join(mp, name), 1<<20); got != sum {
+				t.Fatalf("%s: sha256 %s, want %s", name, got, sum)
+			}
+		}
+		return posixReadBytes(t, mp) - before
+	}
+	if got := readTwice("small.bin", smallSum); got != small {
+		t.Errorf("small object read twice: the daemon served %v bytes, want %d (the second open from the page cache)", got, small)
+	}
+	if got := readTwice("large.bin", largeSum); got != 2*large {
+		t.Errorf("large object read twice: the daemon served %v bytes, want %d (direct I/O, no page cache)", got, 2*large)
+	}
+
+	f, err := os.Open(filepath.Join(mp, "large.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := syscall.Mmap(int(f.Fd()), 0, large, syscall.PROT_READ, syscall.MAP_SHARED)
+	if errors.Is(err, syscall.ENODEV) {
+		t.Skip("this kernel refuses shared mappings of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP came with Linux 6.6)")
+	}
+	if err != nil {
+		t.Fatalf("mmap of a direct-I/O file: %v", err)
+	}
+	defer syscall.Munmap(data)
+	if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != largeSum {
+		t.Fatalf("mmap of a direct-I/O file: sha256 %x, want %s", got, largeSum)
+	}
+}
+
 func TestConcurrentReadersOfOneFileAndOfMany(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -79,12 +80,45 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--log-level", "loud", mp}, "--log-level"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1"}, "MOUNTPOINT"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--bucket", "/x", mp}, "--bucket"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--direct-io=sometimes", mp}, "direct-io"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "direct_io=maybe", mp}, "direct_io=maybe"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("s3gdsfs %v: exit %d, stderr %q; want exit %d and a message naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
 		}
+	}
+}
+
+func TestDirectIOFlagForms(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want s3fs.DirectIO
+	}{
+		{nil, s3fs.DirectIOAuto},
+		{[]string{"--direct-io"}, s3fs.DirectIOAlways},
+		{[]string{"--direct-io=never"}, s3fs.DirectIONever},
+		{[]string{"--direct-io=false"}, s3fs.DirectIONever},
+		{[]string{"-o", "direct_io"}, s3fs.DirectIOAlways},
+		{[]string{"-o", "direct_io=auto,direct_io_min_size=8MiB"}, s3fs.DirectIOAuto},
+	} {
+		args := append([]string{"--endpoint", "http://127.0.0.1:1"}, c.args...)
+		mf, _, err := parseMountArgs(append(args, "/mnt"), false)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		cfg, err := mf.config("/mnt", nil)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.FS.DirectIO != c.want {
+			t.Errorf("%v: direct I/O policy %v, want %v", c.args, cfg.FS.DirectIO, c.want)
+		}
+	}
+	mf, _, _ := parseMountArgs([]string{"--endpoint", "http://x:1", "-o", "direct_io_min_size=8MiB", "/mnt"}, false)
+	if cfg, _ := mf.config("/mnt", nil); cfg.FS.DirectIOMinSize != 8<<20 {
+		t.Errorf("direct_io_min_size=8MiB gave %d bytes", cfg.FS.DirectIOMinSize)
 	}
 }
 

@@ -39,7 +39,9 @@ type mountFlags struct {
 	metricsAddr                        string
 	logLevel, logFile                  string
 	foreground                         bool
-	debugFUSE, directIO                bool
+	debugFUSE                          bool
+	directIO                           directIOFlag
+	directIOMinSize                    sizeFlag
 	gpu, standinDir                    string
 	rdma, rdmaLib                      string
 	declineIsError                     bool
@@ -82,7 +84,9 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
 	fs.BoolVar(&mf.foreground, "foreground", true, "stay in the foreground (the mount helper form goes to the background unless -o foreground)")
 	fs.BoolVar(&mf.debugFUSE, "debug-fuse", false, "log every FUSE request")
-	fs.BoolVar(&mf.directIO, "direct-io", false, "bypass the kernel page cache (reads reach the daemon in the caller's sizes; nothing is cached across opens)")
+	fs.Var(&mf.directIO, "direct-io", "page cache policy: auto (objects of at least --direct-io-min-size bypass the kernel page cache, smaller ones use it), always (--direct-io alone) or never")
+	mf.directIOMinSize = s3fs.DefaultDirectIOMinSize
+	fs.Var(&mf.directIOMinSize, "direct-io-min-size", "with --direct-io=auto, the smallest object read with direct I/O")
 	fs.StringVar(&mf.gpu, "gpu", "auto", "GPU reads: auto (CUDA when the driver loads), off, or host-standin (a test aid: files under --host-standin-dir stand in for device memory)")
 	fs.StringVar(&mf.standinDir, "host-standin-dir", "/dev/shm", "directory of host stand-in buffers, with --gpu=host-standin")
 	fs.StringVar(&mf.rdma, "rdma", "off", "RDMA for GPU reads: off, loopback (an in-process emulation for tests and the demo, never a network), or libs3rdma")
@@ -280,7 +284,8 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			AllowOther: mf.allowOther,
 			FsName:     "s3gdsfs:" + mf.bucket,
 			Debug:      mf.debugFUSE,
-			DirectIO:   mf.directIO,
+			DirectIO:        s3fs.DirectIO(mf.directIO),
+			DirectIOMinSize: int64(mf.directIOMinSize),
 		},
 		GPU: daemon.GPUConfig{
 			Mode:           mf.gpu,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"strconv"
 	"strings"
 )
@@ -69,5 +70,35 @@ func (m *modeFlag) Set(v string) error {
 		return fmt.Errorf("%q is not an octal mode such as 0444", v)
 	}
 	*m = modeFlag(n)
+	return nil
+}
+
+// directIOFlag is --direct-io: auto, always or never. Written alone it means
+// always, as it did when it was a plain switch.
+type directIOFlag s3fs.DirectIO
+
+func (d *directIOFlag) IsBoolFlag() bool { return true }
+
+func (d *directIOFlag) String() string {
+	switch s3fs.DirectIO(*d) {
+	case s3fs.DirectIOAlways:
+		return "always"
+	case s3fs.DirectIONever:
+		return "never"
+	}
+	return "auto"
+}
+
+func (d *directIOFlag) Set(v string) error {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto":
+		*d = directIOFlag(s3fs.DirectIOAuto)
+	case "always", "true", "on", "1":
+		*d = directIOFlag(s3fs.DirectIOAlways)
+	case "never", "false", "off", "0":
+		*d = directIOFlag(s3fs.DirectIONever)
+	default:
+		return fmt.Errorf("%q: want auto, always or never", v)
+	}
 	return nil
 }

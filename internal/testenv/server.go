@@ -56,6 +56,9 @@ type Server struct {
 	closeErr  error
 }
 
+// Pid is the server process's id (to account its CPU time).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Start runs a fresh server for the test and stops it, removing its data,
 // when the test and its subtests finish, failed or not.
 func Start(t testing.TB) *Server {

@@ -281,9 +281,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 		FS: s3fs.Options{
 			UID: uint32(mf.uid), GID: uint32(mf.gid),
 			FileMode: uint32(mf.fileMode), DirMode: uint32(mf.dirMode),
-			AllowOther: mf.allowOther,
-			FsName:     "s3gdsfs:" + mf.bucket,
-			Debug:      mf.debugFUSE,
+			AllowOther:      mf.allowOther,
+			FsName:          "s3gdsfs:" + mf.bucket,
+			Debug:           mf.debugFUSE,
 			DirectIO:        s3fs.DirectIO(mf.directIO),
 			DirectIOMinSize: int64(mf.directIOMinSize),
 		},

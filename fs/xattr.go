@@ -83,7 +83,10 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			"etag":          e.Version.ETag,
 			"last_modified": e.Version.LastModified,
 			"version":       e.Version.ID(),
-			"counters":      f.stats.snapshot(),
+			// Whether opens of this version bypass the page cache
+			// (the --direct-io policy).
+			"direct_io": f.mount.opts.directIO(e.Version.Size),
+			"counters":  f.stats.snapshot(),
 		})
 		return putXattr(dest, b)
 	}

@@ -221,6 +221,19 @@ func TestLargeObjectsUseDirectIOAndSmallOnesThePageCache(t *testing.T) {
 		}
 		return posixReadBytes(t, mp) - before
 	}
+	for name, want := range map[string]bool{"small.bin": false, "large.bin": true} {
+		buf := make([]byte, 64<<10)
+		n, err := syscall.Getxattr(filepath.Join(mp, name), "user.s3gdsfs.stats", buf)
+		if err != nil {
+			t.Fatalf("%s: stats xattr: %v", name, err)
+		}
+		var st struct {
+			DirectIO *bool `json:"direct_io"`
+		}
+		if err := json.Unmarshal(buf[:n], &st); err != nil || st.DirectIO == nil || *st.DirectIO != want {
+			t.Errorf("%s: stats say direct_io %v (%v), want %v", name, st.DirectIO, err, want)
+		}
+	}
 	if got := readTwice("small.bin", smallSum); got != small {
 		t.Errorf("small object read twice: the daemon served %v bytes, want %d (the second open from the page cache)", got, small)
 	}

@@ -82,6 +82,7 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--bucket", "/x", mp}, "--bucket"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--direct-io=sometimes", mp}, "direct-io"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "direct_io=maybe", mp}, "direct_io=maybe"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--direct-io-min-size", "0", mp}, "--direct-io-min-size"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)

@@ -226,6 +226,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.gpuStreams < 1 || mf.stagingSlots < 1 || mf.gpuOps < 1 {
 		return daemon.Config{}, usagef("--gpu-streams, --gpu-max-ops and --staging-slots: at least 1")
 	}
+	if mf.directIOMinSize <= 0 {
+		return daemon.Config{}, usagef("--direct-io-min-size %s: must be above 0 (--direct-io=always reads every object with direct I/O)", mf.directIOMinSize.String())
+	}
 	if mf.gpuPart < 1<<20 {
 		return daemon.Config{}, usagef("--gpu-part-size %s: at least 1MiB", mf.gpuPart.String())
 	}

@@ -52,6 +52,16 @@ const (
 	DirectIONever
 )
 
+func (d DirectIO) String() string {
+	switch d {
+	case DirectIOAlways:
+		return "always"
+	case DirectIONever:
+		return "never"
+	}
+	return "auto"
+}
+
 // DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
 const DefaultDirectIOMinSize = 64 << 20
 
@@ -64,11 +74,11 @@ func (o Options) directIO(size int64) bool {
 	case DirectIONever:
 		return false
 	}
-	min := o.DirectIOMinSize
-	if min <= 0 {
-		min = DefaultDirectIOMinSize
+	threshold := o.DirectIOMinSize
+	if threshold <= 0 {
+		threshold = DefaultDirectIOMinSize
 	}
-	return size >= min
+	return size >= threshold
 }
 
 // mount is state shared by every node of one mount.

@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"strconv"
 	"strings"
+
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 )
 
 // sizeFlag is a byte count written as 1048576, 512KiB, 64MiB, 2GiB (or KB, MB,
@@ -79,15 +80,7 @@ type directIOFlag s3fs.DirectIO
 
 func (d *directIOFlag) IsBoolFlag() bool { return true }
 
-func (d *directIOFlag) String() string {
-	switch s3fs.DirectIO(*d) {
-	case s3fs.DirectIOAlways:
-		return "always"
-	case s3fs.DirectIONever:
-		return "never"
-	}
-	return "auto"
-}
+func (d *directIOFlag) String() string { return s3fs.DirectIO(*d).String() }
 
 func (d *directIOFlag) Set(v string) error {
 	switch strings.ToLower(strings.TrimSpace(v)) {

@@ -8,16 +8,15 @@ import (
 	"syscall"
 )
 
-// cpuCount is the CPU time used during one timed run by the bench itself
-// and by the processes named in hooks.pids.
+// cpuCount measures the CPU time used during one timed run by the bench
+// itself and by the processes named in hooks.pids.
 type cpuCount struct {
 	pids  map[string]int
 	start map[string]float64
-	used  map[string]float64
 }
 
-func startCPUCount(pids func() map[string]int) *cpuCount {
-	c := &cpuCount{pids: map[string]int{}, start: map[string]float64{}, used: map[string]float64{}}
+func startCPUCount(pids func() map[string]int) cpuCount {
+	c := cpuCount{}
 	if pids != nil {
 		c.pids = pids()
 	}
@@ -25,24 +24,20 @@ func startCPUCount(pids func() map[string]int) *cpuCount {
 	return c
 }
 
-func (c *cpuCount) stop() {
-	now := c.read()
-	for role, t := range now {
+// used returns the CPU seconds each role used since startCPUCount.
+func (c cpuCount) used() map[string]float64 {
+	used := map[string]float64{}
+	for role, t := range c.read() {
 		if t0, ok := c.start[role]; ok {
-			c.used[role] = t - t0
+			used[role] = t - t0
 		}
 	}
-}
-
-func (c *cpuCount) addTo(totals *map[string]float64) {
-	for role, t := range c.used {
-		(*totals)[role] += t
-	}
+	return used
 }
 
 // read returns user+system seconds by role; a process that cannot be read
 // (it exited) is left out rather than counted as zero.
-func (c *cpuCount) read() map[string]float64 {
+func (c cpuCount) read() map[string]float64 {
 	out := map[string]float64{}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {

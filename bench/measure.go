@@ -88,7 +88,7 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 		}
 		n, err := read(runCtx, copyIndex)
 		elapsed := time.Since(start)
-		cpu.stop()
+		cpuUsed := cpu.used()
 		if !watchdog.Stop() {
 			<-abortDone // let the abort finish before the next run starts
 		}
@@ -110,7 +110,9 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 		gbps := float64(n) / elapsed.Seconds() / 1e9
 		m.Seconds = append(m.Seconds, elapsed.Seconds())
 		m.GBps = append(m.GBps, gbps)
-		cpu.addTo(&cpuTotals)
+		for role, secs := range cpuUsed {
+			cpuTotals[role] += secs
+		}
 		progress("%-8s %-7s run %d/%d: %.3f GB/s (%.2fs)", m.Target, m.Test, i, cfg.runs, gbps, elapsed.Seconds())
 	}
 	sorted := slices.Sorted(slices.Values(m.GBps))

@@ -38,6 +38,16 @@ upload() {
   "$BIN/s3load" put --endpoint $EP --bucket bench --prefix "$1" --count "$2" --size "$3" --seed "$4"
 }
 
+# drop_page_cache: later reads go through the mount, not the kernel's cache.
+drop_page_cache() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# read_parallel FILE...: one dd per file, 1 MiB reads, all at once; waits for all.
+read_parallel() {
+  local pids=() f
+  for f in "$@"; do dd if="$f" of=/dev/null bs=1M status=none & pids+=($!); done
+  wait "${pids[@]}"
+}
+
 keys_of() {
   python3 -c 'import json,sys; print(",".join(o["key"] for o in json.load(open(sys.argv[1]))["objects"]))' "$1"
 }

@@ -15,17 +15,16 @@ KEYS=$(keys_of "$OUT/objects.json")
 # cpu_seconds PID: user+system CPU time of a process so far.
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14+$15)/hz}' "/proc/$1/stat"; }
 
+# first_objects N: paths of the first N objects.
+first_objects() { local i; for i in $(seq 0 $(($1 - 1))); do printf '%s/d-%04d\n' "$MP" "$i"; done; }
+
 # readers N: N concurrent dd readers of the first N objects; prints GB/s and
 # the daemon's and versitygw's CPU cores over the run.
 readers() {
-  sync; echo 3 > /proc/sys/vm/drop_caches
-  local d0 v0 t0 t1 i
+  drop_page_cache
+  local d0 v0 t0 t1
   d0=$(cpu_seconds "$DAEMON"); v0=$(cpu_seconds "$VGW"); t0=$(date +%s.%N)
-  local pids=()
-  for i in $(seq 0 $(($1 - 1))); do
-    dd if="$MP/d-000$i" of=/dev/null bs=1M status=none & pids+=($!)
-  done
-  wait "${pids[@]}"
+  read_parallel $(first_objects "$1")
   t1=$(date +%s.%N)
   python3 -c "import sys; n,s,t0,t1,d0,d1,v0,v1=map(float,sys.argv[1:]); dt=t1-t0; print(f'{n*s/dt/1e9:6.2f} GB/s  daemon {(d1-d0)/dt:5.2f} cores  versitygw {(v1-v0)/dt:5.2f} cores')" \
     "$1" "$SIZE" "$t0" "$t1" "$d0" "$(cpu_seconds "$DAEMON")" "$v0" "$(cpu_seconds "$VGW")"
@@ -56,12 +55,11 @@ done <<< "$VARIANTS"
 # Profiles with the default settings, one reader and four.
 for r in 1 4; do
   mount_s3gdsfs "s3gdsfs-prof-$r.log"
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  drop_page_cache
   python3 -c "import urllib.request,sys; open(sys.argv[1],'wb').write(urllib.request.urlopen('http://127.0.0.1:9737/debug/pprof/profile?seconds=2').read())" "$OUT/cpu-$r.pprof" &
   prof=$!
   sleep 0.2
-  pids=()
-  for i in $(seq 0 $((r - 1))); do dd if="$MP/d-000$i" of=/dev/null bs=1M status=none & pids+=($!); done
-  wait $prof "${pids[@]}"
+  read_parallel $(first_objects "$r")
+  wait $prof
   unmount_s3gdsfs
 done

@@ -19,14 +19,11 @@ metrics() { python3 -c "import urllib.request,sys; sys.stdout.write(urllib.reque
 
 # timed FIRST N: N concurrent dd readers of objects FIRST..FIRST+N-1.
 timed() {
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  drop_page_cache
   metrics > "$OUT/m0"
-  local t0 t1 pids=() i
+  local t0 t1 i
   t0=$(date +%s.%N)
-  for i in $(seq "$1" $(($1 + $2 - 1))); do
-    dd if="$MP/$(printf 'w-%04d' "$i")" of=/dev/null bs=1M status=none & pids+=($!)
-  done
-  wait "${pids[@]}"
+  read_parallel $(for i in $(seq "$1" $(($1 + $2 - 1))); do printf '%s/w-%04d\n' "$MP" "$i"; done)
   t1=$(date +%s.%N)
   metrics > "$OUT/m1"
   python3 - "$2" "$t0" "$t1" "$OUT/m0" "$OUT/m1" "$SIZE" <<'PY'
@@ -53,7 +50,7 @@ k=0
 while IFS= read -r flags; do
   mount_s3gdsfs "s3gdsfs-$k.log" $flags
   base=$((6 * k))
-  dd if="$MP/$(printf 'w-%04d' $base)" of=/dev/null bs=1M status=none # warm-up
+  read_parallel "$(printf '%s/w-%04d' "$MP" "$base")" # warm-up
   echo "[$flags] one reader:   $(timed $((base + 1)) 1)"
   echo "[$flags] four readers: $(timed $((base + 2)) 4)"
   unmount_s3gdsfs

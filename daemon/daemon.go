@@ -105,7 +105,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
-		func() float64 { return float64(core.Blocks().Stats().InUseBytes) },
+		func() float64 { return float64(core.Blocks().Budget().Used()) },
 		func() float64 { return float64(core.Blocks().Stats().CachedBytes) },
 	)
 	var store objstore.Store = objstore.Metered{Inner: raw, M: d.Metrics}
@@ -134,11 +134,13 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	if d.GPU != nil {
 		if d.fabric, d.loop, err = enableRDMA(cfg, d.GPU, d.Metrics); err != nil {
+			d.shutdown() // the engine's staging memory
 			return nil, err
 		}
 	}
 	if cfg.MetricsAddr != "" {
 		if err := d.serveMetrics(cfg.MetricsAddr); err != nil {
+			d.shutdown() // the engine and the fabric's server
 			return nil, err
 		}
 	}

@@ -52,7 +52,11 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 		}
 		out := make([]Entry, 0, len(names))
 		for _, n := range names {
-			out = append(out, Entry{Name: n, Dir: true, Bucket: n})
+			e := Entry{Name: n, Dir: true, Bucket: n}
+			// Listed buckets exist: the lookups that follow a listing
+			// need not check each one again.
+			d.f.meta.Put(e.Path(), e)
+			out = append(out, e)
 		}
 		return out, nil
 	}

@@ -422,7 +422,7 @@ func TestRandomReadsUnderProxyFaults(t *testing.T) {
 	start := time.Now()
 	faultWorkload(t, mp, bufDir, objs, 16, 1024, 4, 1, c, onlyEIO)
 	t.Logf("random faults: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
-	t.Logf("faults injected by the proxy: %s", faultproxy.FormatCounts(proxy.Counts()))
+	t.Logf("faults injected by the proxy: %s", objstore.SortedFaultCounts(proxy.Counts()))
 	snap, _ := d.Metrics.Snapshot()
 	t.Logf("daemon: read retries %v, posix read errors %v, gpu read errors %v", snap["read_retries_total"], snap["posix_read_errors_total"], snap["gpu_read_errors_total"])
 
@@ -446,7 +446,7 @@ func TestRandomReadsUnderProxyFaults(t *testing.T) {
 	counts := proxy.Counts()
 	for _, k := range faultproxy.AllKinds() {
 		if counts[k.String()] == 0 {
-			t.Errorf("the proxy never injected %v: %s", k, faultproxy.FormatCounts(counts))
+			t.Errorf("the proxy never injected %v: %s", k, objstore.SortedFaultCounts(counts))
 		}
 	}
 	checkBound(t, c)

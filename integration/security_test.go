@@ -209,7 +209,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	_, err = os.Stat(filepath.Join(mp, "other"))
 	note("lookup under faults", err)
 	proxy.SetRate(0)
-	t.Logf("faults: %s", faultproxy.FormatCounts(proxy.Counts()))
+	t.Logf("faults: %s", objstore.SortedFaultCounts(proxy.Counts()))
 
 	// Mounts that must fail: a wrong secret, and credentials in the URL.
 	wrong := "WRONG" + secret

@@ -210,18 +210,9 @@ func (m *Minio) GetRange(ctx context.Context, bucket, key string, off, n int64, 
 	if n <= 0 || off < 0 {
 		return nil, fmt.Errorf("get %s/%s: bad range offset %d length %d", bucket, key, off, n)
 	}
-	opts := minio.GetObjectOptions{}
-	if err := opts.SetRange(off, off+n-1); err != nil {
+	opts, err := pinnedRange(off, n, v)
+	if err != nil {
 		return nil, err
-	}
-	if v.ETag != "" {
-		if err := opts.SetMatchETag(v.ETag); err != nil {
-			return nil, err
-		}
-	} else if !v.LastModified.IsZero() {
-		if err := opts.SetUnmodified(v.LastModified.Add(time.Second)); err != nil {
-			return nil, err
-		}
 	}
 	body, info, hdr, err := m.core.GetObject(ctx, bucket, key, opts)
 	if err != nil {
@@ -238,6 +229,22 @@ func (m *Minio) GetRange(ctx context.Context, bucket, key string, off, n int64, 
 		return nil, fmt.Errorf("get %s/%s: asked for %d bytes at %d, server offered %d", bucket, key, n, off, info.Size)
 	}
 	return &exactReader{r: body, left: n}, nil
+}
+
+// pinnedRange asks for bytes [off, off+n) of version v only: If-Match with
+// its ETag, or If-Unmodified-Since for objects without one.
+func pinnedRange(off, n int64, v Version) (minio.GetObjectOptions, error) {
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(off, off+n-1); err != nil {
+		return opts, err
+	}
+	if v.ETag != "" {
+		return opts, opts.SetMatchETag(v.ETag)
+	}
+	if !v.LastModified.IsZero() {
+		return opts, opts.SetUnmodified(v.LastModified.Add(time.Second))
+	}
+	return opts, nil
 }
 
 func checkVersion(v Version, etag string, hdr http.Header) error {

@@ -107,18 +107,9 @@ func (m *Minio) GetRangeRDMA(ctx context.Context, bucket, key string, off, n int
 	if int64(tok.Size) < n {
 		return RDMAReply{}, fmt.Errorf("get %s: %w: the token names %d bytes, the range is %d", where, ErrTokenRejected, tok.Size, n)
 	}
-	opts := minio.GetObjectOptions{}
-	if err := opts.SetRange(off, off+n-1); err != nil {
+	opts, err := pinnedRange(off, n, v)
+	if err != nil {
 		return RDMAReply{}, err
-	}
-	if v.ETag != "" {
-		if err := opts.SetMatchETag(v.ETag); err != nil {
-			return RDMAReply{}, err
-		}
-	} else if !v.LastModified.IsZero() {
-		if err := opts.SetUnmodified(v.LastModified.Add(time.Second)); err != nil {
-			return RDMAReply{}, err
-		}
 	}
 	opts.Set(RDMATokenHeader, token)
 

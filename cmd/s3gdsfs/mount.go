@@ -214,9 +214,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if strings.Contains(prefix, "//") {
 		return daemon.Config{}, usagef("--bucket %q: the prefix has an empty segment", mf.bucket)
 	}
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
 	if mf.fileMode&^0o7777 != 0 || mf.dirMode&^0o7777 != 0 {
 		return daemon.Config{}, usagef("--file-mode/--dir-mode: permission bits only")
 	}

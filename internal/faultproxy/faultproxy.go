@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -191,23 +190,6 @@ func (p *Proxy) Injected() int64 {
 		n += p.counts[k]
 	}
 	return n
-}
-
-// FormatCounts renders counts as "name=n ..." in name order.
-func FormatCounts(c map[string]int64) string {
-	names := make([]string, 0, len(c))
-	for n := range c {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	for i, n := range names {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s=%d", n, c[n])
-	}
-	return b.String()
 }
 
 // draw picks the fault for a request and a fraction for where it strikes.

@@ -70,7 +70,7 @@ func TestEveryFaultReachesMinioAsAnError(t *testing.T) {
 			}
 			c := p.Counts()
 			if c[k.String()] != 1 || p.Injected() != 1 || c["requests"] != 2 || c["matched"] != 1 {
-				t.Errorf("counts %s, want one %v among two requests", FormatCounts(c), k)
+				t.Errorf("counts %s, want one %v among two requests", objstore.SortedFaultCounts(c), k)
 			}
 		})
 	}
@@ -118,7 +118,7 @@ func TestScheduleIsSeededAndHonoursRate(t *testing.T) {
 		}
 		c := p.Counts()
 		if c["matched"] != 60 || p.Injected() < 15 || p.Injected() > 45 {
-			t.Errorf("seed %d: %s", seed, FormatCounts(c))
+			t.Errorf("seed %d: %s", seed, objstore.SortedFaultCounts(c))
 		}
 		return outcomes
 	}

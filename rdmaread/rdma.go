@@ -246,27 +246,10 @@ func (e *Engine) stageBody(ctx context.Context, device int, body io.Reader, n in
 	if err != nil {
 		return err
 	}
-	copier, err := stager.NewCopier()
-	if err != nil {
-		return err
+	if _, err := cufile.CopyFrom(ctx, stager, body, n, alloc, dst); err != nil {
+		return fmt.Errorf("body of an ignored-token reply: %w", err)
 	}
-	defer copier.Close()
-	for off := int64(0); off < n; {
-		slot, err := copier.AcquireSlot(ctx)
-		if err != nil {
-			return err
-		}
-		size := min(int64(len(slot.Buf)), n-off)
-		if _, err := io.ReadFull(body, slot.Buf[:size]); err != nil {
-			copier.ReleaseSlot(slot)
-			return fmt.Errorf("body of an ignored-token reply: %w", err)
-		}
-		if err := copier.CopyAsync(slot, int(size), alloc, dst+uint64(off)); err != nil {
-			return err
-		}
-		off += size
-	}
-	return copier.Sync()
+	return nil
 }
 
 // noteDecline counts a decline, logs it at debug, and summarises declines

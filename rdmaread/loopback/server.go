@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,8 +24,9 @@ const (
 	bytesHeader = "x-amz-rdma-bytes-transferred"
 )
 
-// StagerFunc gives the stager that copies into a device's memory; the
-// Server does not close the stagers it is given.
+// StagerFunc gives the stager that copies into a device's memory. It is
+// called for every transfer, so it should return a kept stager (the
+// engine's Stager does); the Server does not close the stagers it is given.
 type StagerFunc func(device int) (cufile.Stager, error)
 
 // Server is an S3 endpoint with loopback RDMA in front of a real one.
@@ -42,9 +42,8 @@ type Server struct {
 	stagers  StagerFunc
 	proxy    *httputil.ReverseProxy
 
-	mu       sync.Mutex
-	byDevice map[int]cufile.Stager
-	srv      *http.Server
+	mu  sync.Mutex
+	srv *http.Server
 }
 
 // target is where a GET with a token writes; it rides in the request's
@@ -65,7 +64,7 @@ func NewServer(f *Fabric, upstream string, stagers StagerFunc) (*Server, error) 
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("loopback: upstream %q: want http://host[:port]", upstream)
 	}
-	s := &Server{f: f, upstream: u, stagers: stagers, byDevice: map[int]cufile.Stager{}}
+	s := &Server{f: f, upstream: u, stagers: stagers}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -188,51 +187,17 @@ func (s *Server) writeIntoRegion(resp *http.Response) error {
 }
 
 // write copies n bytes of body into alloc at off through a copier of the
-// device's stager, and returns once the copies have completed.
+// device's stager, and returns once the copies have completed: the reply
+// may go only once the bytes are in the buffer.
 func (s *Server) write(ctx context.Context, alloc cufile.Allocation, off uint64, body io.Reader, n int64) (int64, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	stager, err := s.stager(alloc.Device())
+	stager, err := s.stagers(alloc.Device())
 	if err != nil {
 		return 0, err
 	}
-	copier, err := stager.NewCopier()
-	if err != nil {
-		return 0, err
-	}
-	var done int64
-	for done < n {
-		slot, err := copier.AcquireSlot(ctx)
-		if err != nil {
-			return done, errors.Join(err, copier.Close())
-		}
-		k := min(int64(len(slot.Buf)), n-done)
-		if _, err := io.ReadFull(body, slot.Buf[:k]); err != nil {
-			copier.ReleaseSlot(slot)
-			return done, errors.Join(err, copier.Close())
-		}
-		if err := copier.CopyAsync(slot, int(k), alloc, off+uint64(done)); err != nil {
-			return done, errors.Join(err, copier.Close())
-		}
-		done += k
-	}
-	// The reply may go only once the bytes are in the buffer.
-	return done, copier.Close()
-}
-
-func (s *Server) stager(device int) (cufile.Stager, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st, ok := s.byDevice[device]; ok {
-		return st, nil
-	}
-	st, err := s.stagers(device)
-	if err != nil {
-		return nil, err
-	}
-	s.byDevice[device] = st
-	return st, nil
+	return cufile.CopyFrom(ctx, stager, body, n, alloc, off)
 }
 
 // Listen serves on 127.0.0.1 at a free port and returns the endpoint URL.

@@ -3,6 +3,8 @@
 package metrics
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/s3gdsfs/s3gdsfs/abi"
@@ -39,7 +41,7 @@ type Set struct {
 	GPUReadSeconds   *prometheus.HistogramVec
 	GPUCopyWait      prometheus.Counter
 	GPUReadErrors    *prometheus.CounterVec // errno
-	GPUImportsOpen   prometheus.Gauge
+	GPUImportsOpen   prometheus.GaugeFunc   // reads the function given to ReportImportsOpen
 	GPUBytesInFlight prometheus.Gauge
 	GPUSchedWait     prometheus.Histogram
 
@@ -47,7 +49,13 @@ type Set struct {
 	OpenHandles  prometheus.Gauge
 	ReadRetries  prometheus.Counter
 	ChangedReads prometheus.Counter
+
+	importsOpen atomic.Pointer[func() float64]
 }
+
+// ReportImportsOpen sets where s3gdsfs_gpu_imports_open is read at scrape
+// time (the GPU engine's import cache); until then it reads 0.
+func (s *Set) ReportImportsOpen(f func() float64) { s.importsOpen.Store(&f) }
 
 // New creates the collectors and registers them, with the Go runtime and
 // process collectors, on a fresh registry. memoryInUse and cachedBytes are
@@ -138,8 +146,13 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.GPUReadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_errors_total", Help: "GPU read calls that failed, by errno name.",
 	}, []string{"errno"})
-	s.GPUImportsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+	s.GPUImportsOpen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_imports_open", Help: "CUDA IPC imports (caller buffers) held open.",
+	}, func() float64 {
+		if f := s.importsOpen.Load(); f != nil {
+			return (*f)()
+		}
+		return 0
 	})
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",

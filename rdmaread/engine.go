@@ -159,6 +159,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		e.rdma = &rdmaPath{getter: g}
 	}
 	e.sched.observe = func(d time.Duration) { m.GPUSchedWait.Observe(d.Seconds()) }
+	m.ReportImportsOpen(func() float64 { return float64(e.imports.OpenImports()) })
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "s3gdsfs_gpu_ops_in_flight", Help: "Server operations of GPU reads admitted by the scheduler.",
@@ -216,7 +217,6 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 		return Result{}, err
 	}
 	defer e.imports.Put(alloc)
-	e.m.GPUImportsOpen.Set(float64(e.imports.OpenImports()))
 	// The whole requested range must fit, whatever the object's size: a
 	// caller's buffer is checked before a byte is written.
 	if r.DstOffset > alloc.Size() || uint64(r.Length) > alloc.Size()-r.DstOffset {
@@ -451,7 +451,6 @@ func (e *Engine) ReleaseOwner(owner int) {
 	if err := e.imports.ReleaseOwner(owner); err != nil {
 		e.log.Warn("closing a caller's imports", "pid", owner, "err", err)
 	}
-	e.m.GPUImportsOpen.Set(float64(e.imports.OpenImports()))
 }
 
 // Reap closes the imports of callers whose process has exited; the daemon
@@ -464,7 +463,6 @@ func (e *Engine) Reap() {
 	if n > 0 {
 		e.log.Debug("closed imports of exited callers", "callers", n)
 	}
-	e.m.GPUImportsOpen.Set(float64(e.imports.OpenImports()))
 }
 
 // Close waits for copies and frees staging memory.

@@ -61,6 +61,15 @@ func newCounting() (*countingBackend, *ImportCache) {
 	return b, NewImportCache(b)
 }
 
+// ok fails the test on err: the cache's Put and ReleaseOwner are what is
+// under test, so their errors are never ignored.
+func ok(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustAcquire(t *testing.T, c *ImportCache, owner, device int, h Handle) Allocation {
 	t.Helper()
 	a, err := c.Acquire(owner, device, h)
@@ -127,11 +136,11 @@ func TestImportCacheKeepsImportsInUse(t *testing.T) {
 	if mustAcquire(t, c, 300, 0, Handle{1}) != a {
 		t.Fatal("in-use import reopened")
 	}
-	c.Put(a)
+	ok(t, c.Put(a))
 	checkCounts(t, b, c, 1, 1)
-	c.Put(a)
+	ok(t, c.Put(a))
 	checkCounts(t, b, c, 1, 1) // owner 300 holds it
-	c.ReleaseOwner(300)
+	ok(t, c.ReleaseOwner(300))
 	checkCounts(t, b, c, 1, 0)
 	if err := c.Put(a); err == nil {
 		t.Fatal("Put after the import closed succeeded")
@@ -141,9 +150,9 @@ func TestImportCacheKeepsImportsInUse(t *testing.T) {
 func TestImportCacheReap(t *testing.T) {
 	b, c := newCounting()
 	for _, owner := range []int{10, 11, 12} {
-		c.Put(mustAcquire(t, c, owner, 0, Handle{byte(owner)}))
+		ok(t, c.Put(mustAcquire(t, c, owner, 0, Handle{byte(owner)})))
 	}
-	c.Put(mustAcquire(t, c, 12, 0, Handle{10})) // 12 shares 10's
+	ok(t, c.Put(mustAcquire(t, c, 12, 0, Handle{10}))) // 12 shares 10's
 	checkCounts(t, b, c, 3, 3)
 
 	n, err := c.Reap(func(pid int) bool { return pid == 12 })
@@ -151,8 +160,8 @@ func TestImportCacheReap(t *testing.T) {
 		t.Fatalf("Reap = %d, %v; want 2 owners", n, err)
 	}
 	checkCounts(t, b, c, 3, 2) // handles 10 and 12 held by 12
-	if n, _ := c.Reap(func(int) bool { return true }); n != 0 {
-		t.Fatalf("Reap released %d live owners", n)
+	if n, err := c.Reap(func(int) bool { return true }); err != nil || n != 0 {
+		t.Fatalf("Reap released %d live owners (%v)", n, err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -166,8 +175,8 @@ func TestImportCacheFailedImportLeavesNoTrace(t *testing.T) {
 		t.Fatalf("Acquire = %v", err)
 	}
 	checkCounts(t, b, c, 0, 0)
-	if n, _ := c.Reap(func(int) bool { return false }); n != 0 {
-		t.Fatalf("a failed Acquire left an owner behind (%d reaped)", n)
+	if n, err := c.Reap(func(int) bool { return false }); err != nil || n != 0 {
+		t.Fatalf("a failed Acquire left an owner behind (%d reaped, %v)", n, err)
 	}
 }
 
@@ -184,9 +193,14 @@ func TestImportCacheConcurrentAcquire(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				c.Put(a)
+				if err := c.Put(a); err != nil {
+					t.Error(err)
+					return
+				}
 			}
-			c.ReleaseOwner(owner)
+			if err := c.ReleaseOwner(owner); err != nil {
+				t.Error(err)
+			}
 		}()
 	}
 	wg.Wait()
@@ -205,14 +219,14 @@ func TestImportCacheWithStandin(t *testing.T) {
 	if a.Size() != 4096 {
 		t.Fatalf("Size = %d", a.Size())
 	}
-	c.Put(a)
-	if n, _ := c.Reap(ProcessAlive); n != 0 {
+	ok(t, c.Put(a))
+	if n, err := c.Reap(ProcessAlive); err != nil || n != 0 {
 		t.Fatal("Reap released this live process")
 	}
 	if c.OpenImports() != 1 {
 		t.Fatal("import not kept for its owner")
 	}
-	c.ReleaseOwner(os.Getpid())
+	ok(t, c.ReleaseOwner(os.Getpid()))
 	if !a.(*hostAllocation).closed {
 		t.Fatal("import not closed after its owner left")
 	}

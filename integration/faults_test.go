@@ -699,7 +699,6 @@ func TestObjectReplacedDuringGPUReadIsESTALE(t *testing.T) {
 	srv.PutRandomObject(t, "data", "x.bin", size, 1)
 	gate := &gateStore{gateAt: 4 << 20, reached: make(chan struct{}), gate: make(chan struct{})}
 	mp, dir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
-		c.GPU.Engine.PartSize = 1 << 20 // the second half in GETs of its own
 		c.Core.MetaTTL = 300 * time.Millisecond
 		c.GPU.Engine.PartSize = 1 << 20 // one GET per MiB, so one of them starts past the gate
 		c.WrapStore = func(s objstore.Store) objstore.Store { gate.Store = s; return gate }

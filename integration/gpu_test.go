@@ -134,7 +134,10 @@ func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
 	}
 	defer f.Close()
 	buf := hostBuffer(t, dir, "small", 1<<20, 0x11)
-	before, _ := os.ReadFile(filepath.Join(dir, buf))
+	before, err := os.ReadFile(filepath.Join(dir, buf))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		name string
@@ -174,7 +177,10 @@ func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
 	if err := rawIoctl(f, abi.IOWR('S', 1, 128), make([]byte, 128)); !errors.Is(err, unix.ENOTTY) && !errors.Is(err, unix.EINVAL) {
 		t.Errorf("foreign ioctl: %v, want ENOTTY", err)
 	}
-	after, _ := os.ReadFile(filepath.Join(dir, buf))
+	after, err := os.ReadFile(filepath.Join(dir, buf))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(before, after) {
 		t.Fatal("a refused request wrote into the buffer")
 	}
@@ -207,6 +213,10 @@ func TestGPUConcurrentReadersEachWithOwnBuffer(t *testing.T) {
 		srv.PutRandomObject(t, "data", fmt.Sprintf("o%d", i), size, int64(20+i))
 	}
 	mp, dir, d := gpuMount(t, srv, "data", nil)
+	var bufs [8]string // made here: t.Fatal may not run in the readers' goroutines
+	for w := range bufs {
+		bufs[w] = hostBuffer(t, dir, fmt.Sprintf("b%d", w), size+1000, 0)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {
@@ -214,7 +224,7 @@ func TestGPUConcurrentReadersEachWithOwnBuffer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			key := fmt.Sprintf("o%d", w%4)
-			buf := hostBuffer(t, dir, fmt.Sprintf("b%d", w), size+1000, 0)
+			buf := bufs[w]
 			f, err := os.Open(filepath.Join(mp, key))
 			if err != nil {
 				errs <- err

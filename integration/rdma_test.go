@@ -53,7 +53,7 @@ func TestLoopbackRDMAEndToEndAndEveryDecline(t *testing.T) {
 	cases := []struct {
 		mode    loopback.Mode
 		decline abi.Decline
-		rdma    int64 // bytes the fabric writes before declining
+		rdma    int64 // bytes the fabric writes before declining; -1: some, not all
 	}{
 		{loopback.Normal, abi.DeclineNone, size},
 		{loopback.Decline501, abi.DeclineServer501, 0},
@@ -76,7 +76,10 @@ func TestLoopbackRDMAEndToEndAndEveryDecline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, _ := os.ReadFile(filepath.Join(dir, buf))
+			got, err := os.ReadFile(filepath.Join(dir, buf))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if sha256.Sum256(got[4096:4096+size]) != want {
 				t.Fatal("bytes in the buffer differ from the object")
 			}
@@ -85,6 +88,9 @@ func TestLoopbackRDMAEndToEndAndEveryDecline(t *testing.T) {
 			}
 			if c.rdma >= 0 && int64(res.RDMABytes) != c.rdma {
 				t.Fatalf("rdma bytes %d, want %d", res.RDMABytes, c.rdma)
+			}
+			if c.rdma < 0 && (res.RDMABytes == 0 || res.RDMABytes >= size) {
+				t.Fatalf("rdma bytes %d of %d, want a part of them (the rest over HTTP)", res.RDMABytes, size)
 			}
 			wantTransport := abi.TransportHTTP
 			if c.decline == abi.DeclineNone {

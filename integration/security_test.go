@@ -381,7 +381,9 @@ func TestTLSEndpointWithCustomCA(t *testing.T) {
 	}
 	// A bundle that is not PEM is refused at start, naming the file.
 	junk := filepath.Join(t.TempDir(), "junk.pem")
-	os.WriteFile(junk, []byte("not a certificate"), 0o644)
+	if err := os.WriteFile(junk, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = daemon.Start(daemon.Config{
 		Mountpoint: t.TempDir(),
 		S3:         objstore.Config{Endpoint: ts.URL, Region: srv.Region, CABundle: junk, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
@@ -429,11 +431,17 @@ func TestIoctlRandomInputGetsDocumentedAnswers(t *testing.T) {
 	// Things a hostile name might reach: a file beside the stand-in
 	// directory, a symlink out of it, a FIFO, a directory, an empty file.
 	outside := filepath.Join(t.TempDir(), "sentinel")
-	os.WriteFile(outside, bytes.Repeat([]byte{0x77}, 1<<20), 0o666)
-	os.Symlink(outside, filepath.Join(bufDir, "link"))
-	unix.Mkfifo(filepath.Join(bufDir, "fifo"), 0o600)
-	os.Mkdir(filepath.Join(bufDir, "dir"), 0o755)
-	os.WriteFile(filepath.Join(bufDir, "empty"), nil, 0o600)
+	for _, err := range []error{
+		os.WriteFile(outside, bytes.Repeat([]byte{0x77}, 1<<20), 0o666),
+		os.Symlink(outside, filepath.Join(bufDir, "link")),
+		unix.Mkfifo(filepath.Join(bufDir, "fifo"), 0o600),
+		os.Mkdir(filepath.Join(bufDir, "dir"), 0o755),
+		os.WriteFile(filepath.Join(bufDir, "empty"), nil, 0o600),
+	} {
+		if err != nil {
+			t.Fatalf("setting up hostile names: %v", err)
+		}
+	}
 
 	const workers = 4
 	const perWorker = 4000

@@ -186,11 +186,11 @@ func TestServedReadsReuseOneRegistration(t *testing.T) {
 	var wg sync.WaitGroup
 	const parts, size = 8, 512 << 10
 	for i := range parts {
+		off := int64(i) * size
+		tok, lease := r.token(t, uint64(off), size) // here: t.Fatal may not run in the goroutine
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			off := int64(i) * size
-			tok, lease := r.token(t, uint64(off), size)
 			defer lease.Release()
 			rep, err := r.get(t, off, size, tok)
 			if err != nil || rep.Outcome != objstore.RDMAServed {

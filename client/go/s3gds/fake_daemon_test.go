@@ -103,15 +103,15 @@ func (o *fakeObject) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg
 		return 0, syscall.EINVAL
 	}
 	if req.Flags&abi.FlagHostBuffer == 0 {
-		return 0, syscall.ENODEV // no CUDA here
+		return 0, syscall.EINVAL // a host stand-in daemon refuses CUDA handles
 	}
 	name := req.HostBufferName()
 	if !strings.HasPrefix(name, "/dev/shm/") || strings.Contains(name, "/..") {
-		return 0, syscall.ENOENT
+		return 0, syscall.EBADF
 	}
 	dst, err := os.OpenFile(name, os.O_WRONLY, 0)
 	if err != nil {
-		return 0, syscall.ENOENT
+		return 0, syscall.EBADF // the handle does not open
 	}
 	defer dst.Close()
 	info, err := dst.Stat()

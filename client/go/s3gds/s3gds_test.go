@@ -123,8 +123,8 @@ func TestReadErrorsThroughFUSE(t *testing.T) {
 		{"destination offset past the buffer", func(r *abi.ReadRequest) { r.DstOffset, r.Length = 2000, 0 }, unix.ERANGE},
 		{"exclusive flags", func(r *abi.ReadRequest) { r.Flags |= abi.FlagRDMAOnly | abi.FlagHTTPOnly }, unix.EINVAL},
 		{"reserved", func(r *abi.ReadRequest) { r.Reserved[0] = 1 }, unix.EINVAL},
-		{"device memory", func(r *abi.ReadRequest) { r.Flags &^= abi.FlagHostBuffer }, unix.ENODEV},
-		{"missing buffer", func(r *abi.ReadRequest) { r.SetHostBufferName("/dev/shm/s3gds-no-such-buffer") }, unix.ENOENT},
+		{"CUDA handle to a host stand-in daemon", func(r *abi.ReadRequest) { r.Flags &^= abi.FlagHostBuffer }, unix.EINVAL},
+		{"missing buffer", func(r *abi.ReadRequest) { r.SetHostBufferName("/dev/shm/s3gds-no-such-buffer") }, unix.EBADF},
 		{"decline is error", func(r *abi.ReadRequest) {
 			r.Flags |= abi.FlagDeclineIsError
 			r.SetToken(strings.Repeat("b", 81))

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // cudaLibrary is the driver's soname; the unversioned libcuda.so is only in
@@ -149,11 +151,7 @@ func (d *driver) errorName(code int32) string {
 	if d.cuGetErrorName(code, &p) != cudaSuccess || p == nil {
 		return "CUDA error"
 	}
-	n := 0
-	for *(*byte)(unsafe.Add(unsafe.Pointer(p), n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice(p, n))
+	return unix.BytePtrToString(p)
 }
 
 // NewCUDA opens the CUDA driver library; CUDA itself is initialised on
@@ -224,19 +222,10 @@ func (b *cudaBackend) enumerate() error {
 		if r := d.cuDeviceTotalMem(&total, dev.handle); r != cudaSuccess {
 			return d.fail("cuDeviceTotalMem_v2", r, nil)
 		}
-		dev.info = DeviceInfo{Ordinal: int(i), Name: cString(name[:]), TotalMem: total}
+		dev.info = DeviceInfo{Ordinal: int(i), Name: unix.ByteSliceToString(name[:]), TotalMem: total}
 		b.devices = append(b.devices, dev)
 	}
 	return nil
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 func (b *cudaBackend) Devices() ([]DeviceInfo, error) {

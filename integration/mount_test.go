@@ -169,17 +169,8 @@ func TestSequentialAndRandomReadsAreByteExact(t *testing.T) {
 			t.Fatalf("pread %d@%d: bytes differ from the object", n, off)
 		}
 	}
-	var stats map[string]any
-	buf := make([]byte, 64<<10)
-	n, err := syscall.Getxattr(mp, "user.s3gdsfs.stats", buf)
-	if err != nil {
-		t.Fatalf("stats xattr: %v", err)
-	}
-	if err := json.Unmarshal(buf[:n], &stats); err != nil {
-		t.Fatal(err)
-	}
-	if stats["posix_read_bytes_total"].(float64) < size {
-		t.Fatalf("posix_read_bytes_total = %v after reading %d bytes", stats["posix_read_bytes_total"], size)
+	if got := posixReadBytes(t, mp); got < size {
+		t.Fatalf("posix_read_bytes_total = %v after reading %d bytes", got, size)
 	}
 	if used := d.Core.Blocks().Stats().InUseBytes; used > d.Core.Config().MemoryLimit {
 		t.Fatalf("block memory %d over the limit %d", used, d.Core.Config().MemoryLimit)

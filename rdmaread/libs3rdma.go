@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"golang.org/x/sys/unix"
 )
 
 // libs3rdma is MinIO's RDMA client library (minio/minio-cpp vendors it as
@@ -95,7 +96,6 @@ type LibS3RDMAConfig struct {
 // LibS3RDMA mints tokens with libs3rdma. It implements Minter.
 type LibS3RDMA struct {
 	api     *s3rdmaAPI
-	library string
 	devices string
 
 	mu     sync.RWMutex // calls hold it shared; Close exclusive
@@ -124,22 +124,13 @@ func OpenLibS3RDMA(cfg LibS3RDMAConfig) (*LibS3RDMA, error) {
 	var errBuf [512]byte
 	h := api.clientInit(cfg.Devices, &errBuf[0], uintptr(len(errBuf)))
 	if h == 0 {
-		return nil, fmt.Errorf("%w: %s: s3rdma_client_init(%q): %s", ErrNoMinter, lib, cfg.Devices, cString(errBuf[:]))
+		return nil, fmt.Errorf("%w: %s: s3rdma_client_init(%q): %s", ErrNoMinter, lib, cfg.Devices, unix.ByteSliceToString(errBuf[:]))
 	}
 	if api.clientReady(h) != 1 {
 		api.clientFree(h)
 		return nil, fmt.Errorf("%w: %s: the client is not ready", ErrNoMinter, lib)
 	}
-	return &LibS3RDMA{api: api, library: lib, devices: cfg.Devices, h: h, pinned: map[uintptr]*pin{}}, nil
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
+	return &LibS3RDMA{api: api, devices: cfg.Devices, h: h, pinned: map[uintptr]*pin{}}, nil
 }
 
 // goString copies a NUL-terminated C string of at most max bytes.
@@ -161,9 +152,6 @@ func (l *LibS3RDMA) Fabric() string {
 	}
 	return "rdma"
 }
-
-// Library is the path the library was loaded from.
-func (l *LibS3RDMA) Library() string { return l.library }
 
 var errMinterClosed = errors.New("libs3rdma: client closed")
 

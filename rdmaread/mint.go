@@ -87,9 +87,6 @@ func NewTokenCache(m Minter) *TokenCache {
 	return &TokenCache{minter: m, byAlloc: map[cufile.Allocation][]*cachedReg{}, pending: map[windowKey]chan struct{}{}}
 }
 
-// Minter is the minter the cache registers with.
-func (c *TokenCache) Minter() Minter { return c.minter }
-
 // Lease is one read's use of a registration covering [off, off+n) of an
 // allocation. It keeps the registration alive until Release.
 type Lease struct {

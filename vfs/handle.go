@@ -37,9 +37,6 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 	return &Handle{f: f, obj: newObject(e), window: f.cfg.InitialWindow}, nil
 }
 
-// Size is the pinned version's size.
-func (h *Handle) Size() int64 { return h.obj.version.Size }
-
 // Version is the version the handle reads.
 func (h *Handle) Version() objstore.Version { return h.obj.version }
 

@@ -114,8 +114,10 @@ func (fe *fetcher) wait(ctx context.Context, p *pending) (*cache.Block, error) {
 
 // prefetch starts downloads of blocks [from, to) of o that nobody has, in
 // runs of at most one part. It takes memory only if it is free at once, so
-// prefetching never blocks a reader or exceeds the budget.
-func (fe *fetcher) prefetch(o object, from, to int64) {
+// prefetching never blocks a reader or exceeds the budget. It returns the
+// block it stopped at: to, or the first block it left for later (memory
+// was short, or another download took part of a run).
+func (fe *fetcher) prefetch(o object, from, to int64) int64 {
 	if n := fe.blockCount(o); to > n {
 		to = n
 	}
@@ -135,7 +137,7 @@ func (fe *fetcher) prefetch(o object, from, to int64) {
 			blks = append(blks, b)
 		}
 		if len(blks) == 0 {
-			return
+			return idx
 		}
 		pends := fe.register(o, idx, blks)
 		if len(pends) > 0 {
@@ -145,10 +147,11 @@ func (fe *fetcher) prefetch(o object, from, to int64) {
 			b.Release()
 		}
 		if len(pends) < len(blks) || len(blks) < int(run) {
-			return
+			return idx + int64(len(pends))
 		}
 		idx += run
 	}
+	return to
 }
 
 // missingRun counts consecutive blocks from idx (below to) that are neither

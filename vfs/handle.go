@@ -123,7 +123,7 @@ func (h *Handle) plan(off, end int64) {
 		if h.prefetchedTo-end < h.window/2 {
 			from = max(h.prefetchedTo, off) / bs
 			target := end + h.window
-			to = (target + bs - 1) / bs
+			to = min((target+bs-1)/bs, h.f.fetch.blockCount(h.obj))
 			h.prefetchedTo = to * bs
 			h.window = min(h.window*2, h.f.cfg.MaxWindow)
 		}
@@ -138,6 +138,14 @@ func (h *Handle) plan(off, end int64) {
 	h.streak = sequential
 	h.mu.Unlock()
 	if to > from {
-		h.f.fetch.prefetch(h.obj, from, to)
+		if reached := h.f.fetch.prefetch(h.obj, from, to); reached < to {
+			// What was not started is not coming: let the next read ask
+			// again rather than fetch those blocks one at a time.
+			h.mu.Lock()
+			if h.prefetchedTo == to*bs {
+				h.prefetchedTo = reached * bs
+			}
+			h.mu.Unlock()
+		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/s3gdsfs/s3gdsfs/cache"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -322,5 +324,69 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.flag)
 		}
+	}
+}
+
+// Prefetch says how far it got: with memory for only some blocks it stops
+// there, and the handle then expects no more than that.
+func TestPrefetchShortOfMemoryReportsWhereItStopped(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(64*4096, 4)
+	s.put("b", "obj", data, "e1")
+	f := newTestFS(t, s, smallConfig()) // 64 blocks of memory
+	var held []*cache.Block
+	for range 64 - 3 { // other readers hold all but three blocks
+		b, err := f.blocks.NewBlock(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	h := openFile(t, f, "obj")
+	if reached := f.fetch.prefetch(h.obj, 0, 10); reached != 3 {
+		t.Fatalf("prefetch with memory for 3 blocks reached block %d, want 3", reached)
+	}
+	for _, b := range held {
+		b.Release()
+	}
+	if reached := f.fetch.prefetch(h.obj, 0, 10); reached != 10 {
+		t.Fatalf("prefetch with memory free reached block %d, want 10", reached)
+	}
+	// And the handle: a sequential reader whose prefetch is cut short is
+	// not told that the rest is on its way. First let the downloads above
+	// finish, so the memory left free below is exactly two blocks.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		f.fetch.mu.Lock()
+		busy := len(f.fetch.inflight)
+		f.fetch.mu.Unlock()
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d downloads still running", busy)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	held = held[:0]
+	for range 64 - 2 { // idle cached blocks are evicted for these
+		b, err := f.blocks.NewBlock(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	defer func() {
+		for _, b := range held {
+			b.Release()
+		}
+	}()
+	s.put("b", "obj2", randomBytes(64*4096, 5), "e2")
+	h2 := openFile(t, f, "obj2")
+	h2.window = 16 * 4096 // as after a few sequential reads
+	h2.plan(0, 4096)
+	h2.mu.Lock()
+	defer h2.mu.Unlock()
+	if h2.prefetchedTo > 2*4096 {
+		t.Fatalf("with memory for two blocks the handle expects blocks up to %d, want at most 2", h2.prefetchedTo/4096)
 	}
 }

@@ -19,7 +19,7 @@ var (
 	// or a token could not be minted for it.
 	ErrRegistrationFailed = errors.New("RDMA registration failed")
 	// ErrTooLarge: beyond one registration (MaxRegistration) or one server
-	// operation (MaxServerOp); split the read with SplitRange.
+	// operation (MaxServerOp); split the read with rdmatoken.SplitRange.
 	ErrTooLarge = errors.New("too large for one RDMA registration or operation")
 )
 
@@ -54,7 +54,7 @@ type Registration interface {
 // reads, since registering costs far more than minting. A registration
 // covers the whole allocation when it fits one (MaxRegistration), else a
 // window of 2 x MaxServerOp starting at a multiple of MaxServerOp, which
-// holds any part SplitRange makes; registrations of one allocation thus
+// holds any part rdmatoken.SplitRange makes; registrations of one allocation thus
 // never share a start address with different sizes (libs3rdma counts
 // registrations per address and would keep the first size).
 //

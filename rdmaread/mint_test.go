@@ -10,6 +10,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
 )
 
 // sizedAlloc is an allocation of a given size and nothing else: the cache
@@ -133,7 +134,7 @@ func TestTokenCacheWindowsOfALargeAllocation(t *testing.T) {
 	// Parts as SplitRange makes them, at unaligned destinations.
 	var leases []*Lease
 	for _, dst := range []uint64{0, G / 2, 3*G - 7, 9*G + 1} {
-		for _, p := range SplitRange(0, int64(min(uint64(2*G+5), a.size-dst))) {
+		for _, p := range rdmatoken.SplitRange(0, int64(min(uint64(2*G+5), a.size-dst)), MaxServerOp) {
 			off, n := dst+uint64(p.Off), uint64(p.Len)
 			l, err := c.Acquire(a, off, n)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
 )
 
 // RDMAConfig turns on the RDMA path.
@@ -93,7 +94,7 @@ type partResult struct {
 // most Streams at a time, each first over RDMA and, when declined, over
 // HTTP into the same place.
 func (e *Engine) readRDMA(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
-	parts := chunkRange(r.Offset, n, e.cfg.RDMAChunk)
+	parts := rdmatoken.SplitRange(r.Offset, n, e.cfg.RDMAChunk) // readers interleave by chunk
 	results := make([]partResult, len(parts))
 	sem := make(chan struct{}, e.cfg.Streams)
 	var wg sync.WaitGroup
@@ -219,17 +220,6 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 	// Declined bytes are the ones that went over HTTP instead.
 	e.m.GPUDeclinedBytes.WithLabelValues(decline.String()).Add(float64(rest))
 	return partResult{rdma: served, http: rest, decline: decline}
-}
-
-// chunkRange cuts [off, off+n) into parts of at most size bytes (and never
-// more than one server operation), so that readers interleave.
-func chunkRange(off, n, size int64) []Part {
-	size = min(size, MaxServerOp)
-	parts := make([]Part, 0, (n+size-1)/size)
-	for done := int64(0); done < n; done += size {
-		parts = append(parts, Part{Off: off + done, Len: min(size, n-done)})
-	}
-	return parts
 }
 
 // isObjectAnswer says whether err is the server's answer about the object

@@ -19,8 +19,3 @@ const (
 
 // ParseToken reads a token in exactly the 81-character wire form.
 func ParseToken(s string) (Token, error) { return rdmatoken.Parse(s) }
-
-// SplitRange splits a read into parts of at most MaxServerOp bytes; each
-// part needs its own token, naming a registration of at most
-// MaxRegistration bytes that covers the part's destination.
-func SplitRange(off, n int64) []Part { return rdmatoken.SplitRange(off, n) }

@@ -132,19 +132,23 @@ type Part struct {
 }
 
 // SplitRange splits the n bytes at object offset off into consecutive parts
-// of at most MaxServerOp bytes, each sent as one GET with its own token.
+// of at most size bytes (at most MaxServerOp, which size <= 0 means), each
+// sent as one GET with its own token.
 //
 // The registration limit applies per part as well: each part's token names
 // one registration, which must cover the part and stay within
 // MaxRegistration. Since MaxServerOp < MaxRegistration, a part always fits
 // one registration; a destination larger than MaxRegistration needs several.
-func SplitRange(off, n int64) []Part {
+func SplitRange(off, n, size int64) []Part {
 	if n <= 0 || off < 0 {
 		return nil
 	}
-	parts := make([]Part, 0, (n+MaxServerOp-1)/MaxServerOp)
+	if size <= 0 || size > MaxServerOp {
+		size = MaxServerOp
+	}
+	parts := make([]Part, 0, (n+size-1)/size)
 	for n > 0 {
-		l := min(n, MaxServerOp)
+		l := min(n, size)
 		parts = append(parts, Part{Off: off, Len: l})
 		off += l
 		n -= l

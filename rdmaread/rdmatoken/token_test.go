@@ -131,7 +131,7 @@ func TestSplitRange(t *testing.T) {
 		{100, 3*G - 5, []Part{{100, G}, {100 + G, G}, {100 + 2*G, G - 5}}},
 	}
 	for _, c := range cases {
-		got := SplitRange(c.off, c.n)
+		got := SplitRange(c.off, c.n, MaxServerOp)
 		if len(got) != len(c.want) {
 			t.Fatalf("SplitRange(%d, %d) = %v, want %v", c.off, c.n, got, c.want)
 		}
@@ -147,7 +147,7 @@ func TestSplitRangeCoversExactly(t *testing.T) {
 	for _, n := range []int64{1, MaxServerOp - 1, MaxServerOp, MaxServerOp + 1, 5*MaxServerOp + 12345, 1 << 40} {
 		off := int64(4096)
 		next, total := off, int64(0)
-		for _, p := range SplitRange(off, n) {
+		for _, p := range SplitRange(off, n, 0) {
 			if p.Off != next || p.Len <= 0 || p.Len > MaxServerOp || p.Len > MaxRegistration {
 				t.Fatalf("n=%d: bad part %+v (expected offset %d)", n, p, next)
 			}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -108,19 +109,9 @@ func TestGPUReadsLandByteExactAndAreCounted(t *testing.T) {
 		t.Fatalf("open imports %d while the file is open, want 1 (reused)", d.GPU.Imports().OpenImports())
 	}
 	f.Close()
-	waitUntil(t, "imports closed after the last file closed", func() bool { return d.GPU.Imports().OpenImports() == 0 })
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 600; i++ {
-		if cond() {
-			return
-		}
-		time := 10 * 1e6
-		syscall.Nanosleep(&syscall.Timespec{Nsec: int64(time)}, nil)
+	if !settle(6*time.Second, func() bool { return d.GPU.Imports().OpenImports() == 0 }) {
+		t.Fatal("timed out waiting: imports closed after the last file closed")
 	}
-	t.Fatalf("timed out waiting: %s", what)
 }
 
 func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
@@ -250,7 +241,9 @@ func TestGPUConcurrentReadersEachWithOwnBuffer(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitUntil(t, "imports closed", func() bool { return d.GPU.Imports().OpenImports() == 0 })
+	if !settle(6*time.Second, func() bool { return d.GPU.Imports().OpenImports() == 0 }) {
+		t.Fatal("timed out waiting: imports closed")
+	}
 }
 
 // TestMain doubles as a helper process for tests that need a caller other

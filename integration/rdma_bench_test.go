@@ -3,6 +3,7 @@ package integration
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,18 +65,7 @@ func BenchmarkLoopbackRDMAOverhead(b *testing.B) {
 
 func humanSize(n int64) string {
 	if n >= 1<<20 {
-		return itoa(n>>20) + "MiB"
+		return strconv.FormatInt(n>>20, 10) + "MiB"
 	}
-	return itoa(n>>10) + "KiB"
-}
-
-func itoa(n int64) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
+	return strconv.FormatInt(n>>10, 10) + "KiB"
 }

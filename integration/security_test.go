@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -77,15 +78,6 @@ func unescapeMountinfo(s string) string {
 	return r.Replace(s)
 }
 
-func has(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // Other users are let in only when asked, and the kernel always enforces
 // modes (default_permissions); the mount is read-only, nosuid and nodev.
 func TestMountHasNoAllowOtherUnlessAsked(t *testing.T) {
@@ -94,20 +86,20 @@ func TestMountHasNoAllowOtherUnlessAsked(t *testing.T) {
 	mp, _ := releasedMount(t, srv, "data", nil)
 	mopts, sopts := mountOptions(t, mp)
 	t.Logf("default mount: options %v, superblock options %v", mopts, sopts)
-	if has(sopts, "allow_other") || has(mopts, "allow_other") {
+	if slices.Contains(sopts, "allow_other") || slices.Contains(mopts, "allow_other") {
 		t.Errorf("allow_other without being asked: %v %v", mopts, sopts)
 	}
-	if !has(sopts, "default_permissions") {
+	if !slices.Contains(sopts, "default_permissions") {
 		t.Errorf("no default_permissions: %v", sopts)
 	}
 	for _, want := range []string{"ro", "nosuid", "nodev"} {
-		if !has(mopts, want) && !has(sopts, want) {
+		if !slices.Contains(mopts, want) && !slices.Contains(sopts, want) {
 			t.Errorf("mount is not %s: %v %v", want, mopts, sopts)
 		}
 	}
 	mp2, _ := releasedMount(t, srv, "data", func(c *daemon.Config) { c.FS.AllowOther = true })
 	_, sopts2 := mountOptions(t, mp2)
-	if !has(sopts2, "allow_other") || !has(sopts2, "default_permissions") {
+	if !slices.Contains(sopts2, "allow_other") || !slices.Contains(sopts2, "default_permissions") {
 		t.Errorf("asked for allow_other: superblock options %v, want allow_other and default_permissions", sopts2)
 	}
 }

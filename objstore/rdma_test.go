@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -246,22 +247,13 @@ func checkRDMARequest(t *testing.T, r *http.Request, wantRange, wantIfMatch stri
 	}
 	signed := strings.Split(strings.SplitN(auth[i+len("SignedHeaders="):], ",", 2)[0], ";")
 	for _, h := range []string{"host", "range", "if-match", "x-amz-content-sha256", "x-amz-date", RDMATokenHeader} {
-		if !contains(signed, h) {
+		if !slices.Contains(signed, h) {
 			t.Errorf("%s is not among the signed headers %v", h, signed)
 		}
 	}
 	if sha := r.Header.Get("X-Amz-Content-Sha256"); sha != "UNSIGNED-PAYLOAD" && sha != fmt.Sprintf("%x", sha256.Sum256(nil)) {
 		t.Errorf("x-amz-content-sha256 %q", sha)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // storeWithoutRDMA is a Store that cannot send RDMA GETs.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -134,20 +135,6 @@ func (m *memStore) GetRange(ctx context.Context, bucket, key string, off, n int6
 	if m.etags[bucket+"/"+key] != v.ETag {
 		return nil, objstore.ErrChanged
 	}
-	m.gets = append(m.gets, key+"@"+itoa(off)+"+"+itoa(n))
+	m.gets = append(m.gets, key+"@"+strconv.FormatInt(off, 10)+"+"+strconv.FormatInt(n, 10))
 	return io.NopCloser(bytes.NewReader(d[off : off+n])), nil
-}
-
-func itoa(n int64) string {
-	var b [20]byte
-	i := len(b)
-	if n == 0 {
-		return "0"
-	}
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
 }

@@ -49,6 +49,10 @@ type Set struct {
 	OpenHandles  prometheus.Gauge
 	ReadRetries  prometheus.Counter
 	ChangedReads prometheus.Counter
+	// ReadStreams counts whole-object GETs sent for sequential readers;
+	// ReadStreamEnds says why each ended.
+	ReadStreams    prometheus.Counter
+	ReadStreamEnds *prometheus.CounterVec // end
 
 	importsOpen atomic.Pointer[func() float64]
 }
@@ -124,6 +128,12 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.ChangedReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_changed_object_reads_total", Help: "Reads refused because the object changed after it was opened.",
 	})
+	s.ReadStreams = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_read_streams_total", Help: "Whole-object GETs that fed a sequential reader instead of ranged GETs.",
+	})
+	s.ReadStreamEnds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_read_stream_ends_total", Help: "Whole-object streams ended, by why (done, overtaken, idle, slow, error); after slow or error ranged GETs take over.",
+	}, []string{"end"})
 	s.GPUReadBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_bytes_total", Help: "Bytes delivered into device memory by GPU reads, by transport (rdma, http).",
 	}, []string{"transport"})
@@ -179,6 +189,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
+		s.ReadStreams, s.ReadStreamEnds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

@@ -88,7 +88,7 @@ func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, 
 	p = &pending{done: make(chan struct{}), waiters: 1}
 	fe.inflight[key] = p
 	fe.mu.Unlock()
-	go fe.download(o, idx, []*cache.Block{blk}, []*pending{p})
+	go fe.download(o, idx, []*cache.Block{blk}, []*pending{p}, nil)
 	return fe.wait(ctx, p)
 }
 
@@ -141,7 +141,7 @@ func (fe *fetcher) prefetch(o object, from, to int64) int64 {
 		}
 		pends := fe.register(o, idx, blks)
 		if len(pends) > 0 {
-			go fe.download(o, idx, blks[:len(pends)], pends)
+			go fe.download(o, idx, blks[:len(pends)], pends, nil)
 		}
 		for _, b := range blks[len(pends):] {
 			b.Release()
@@ -190,12 +190,17 @@ func (fe *fetcher) register(o object, idx int64, blks []*cache.Block) []*pending
 
 // download fills blks (blocks first, first+1, ...) with one ranged GET,
 // completing each block as soon as its bytes are in, and sends the rest of
-// the range again after a transient failure.
-func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []*pending) {
+// the range again after a transient failure. failed is the error of an
+// attempt already spent on these blocks (a stream's), or nil: it counts
+// against --retries, so a read waits no longer than for ranged GETs alone.
+func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []*pending, failed error) {
 	bs := int64(fe.f.cfg.BlockSize)
 	done := 0
-	var err error
-	for attempt := 0; done < len(blks); attempt++ {
+	err, attempt := failed, 0
+	if failed != nil {
+		attempt = 1
+	}
+	for ; done < len(blks); attempt++ {
 		if attempt > 0 {
 			if attempt > fe.f.cfg.Retries || !objstore.IsRetryable(err) {
 				break

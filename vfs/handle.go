@@ -25,6 +25,11 @@ type Handle struct {
 	prefetchedTo int64
 	// streak is set while the reader is sequential.
 	streak bool
+	// stream feeds the reader from one GET while it reads on from the start
+	// of the object (stream.go); nil once ranged GETs serve it.
+	stream *stream
+	// streamTried: a handle sends at most one whole-object GET.
+	streamTried bool
 }
 
 // Open pins the entry's version: every byte read through the handle comes
@@ -40,8 +45,17 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 // Version is the version the handle reads.
 func (h *Handle) Version() objstore.Version { return h.obj.version }
 
-// Close releases the handle.
-func (h *Handle) Close() { h.f.m.OpenHandles.Dec() }
+// Close releases the handle. A stream it had ends once the blocks it
+// claimed are in (other readers may be waiting for them).
+func (h *Handle) Close() {
+	h.mu.Lock()
+	if h.stream != nil {
+		h.stream.finish()
+		h.stream = nil
+	}
+	h.mu.Unlock()
+	h.f.m.OpenHandles.Dec()
+}
 
 // A read that starts exactly where the last one ended is sequential. Once a
 // reader is sequential, reads a little behind or ahead still count: the
@@ -113,7 +127,9 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 // plan updates the sequential-read state and starts prefetches. A
 // sequential reader keeps up to window bytes requested ahead of it; new
 // requests go out once less than half the window is left, so they are
-// large (whole parts) rather than one block at a time.
+// large (whole parts) rather than one block at a time. A reader that starts
+// at the beginning of the object is fed by one whole-object stream instead,
+// for as long as that stream serves it well.
 func (h *Handle) plan(off, end int64) {
 	bs := int64(h.f.cfg.BlockSize)
 	h.mu.Lock()
@@ -126,6 +142,10 @@ func (h *Handle) plan(off, end int64) {
 			to = min((target+bs-1)/bs, h.f.fetch.blockCount(h.obj))
 			h.prefetchedTo = to * bs
 			h.window = min(h.window*2, h.f.cfg.MaxWindow)
+			if from == 0 && to < h.f.fetch.blockCount(h.obj) && !h.streamTried && !h.f.cfg.NoStream {
+				h.streamTried = true
+				h.stream = newStream(h.f.fetch, h.obj)
+			}
 		}
 		h.nextOff = max(h.nextOff, end)
 	} else {
@@ -134,11 +154,16 @@ func (h *Handle) plan(off, end int64) {
 		h.window = h.f.cfg.InitialWindow
 		h.prefetchedTo = 0
 		h.nextOff = end
+		if h.stream != nil {
+			h.stream.finish()
+			h.stream = nil
+		}
 	}
 	h.streak = sequential
+	s := h.stream
 	h.mu.Unlock()
 	if to > from {
-		if reached := h.f.fetch.prefetch(h.obj, from, to); reached < to {
+		if reached := h.fetchAhead(s, from, to); reached < to {
 			// What was not started is not coming: let the next read ask
 			// again rather than fetch those blocks one at a time.
 			h.mu.Lock()
@@ -148,4 +173,18 @@ func (h *Handle) plan(off, end int64) {
 			h.mu.Unlock()
 		}
 	}
+}
+
+// fetchAhead starts downloads of blocks [from, to): claims for the stream
+// while it is open, ranged GETs otherwise (and for what a stream that has
+// just stopped did not claim). It returns the block it reached.
+func (h *Handle) fetchAhead(s *stream, from, to int64) int64 {
+	if s != nil {
+		reached, open := s.extend(to)
+		if open || reached >= to {
+			return reached
+		}
+		from = max(from, reached)
+	}
+	return h.f.fetch.prefetch(h.obj, from, to)
 }

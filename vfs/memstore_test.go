@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -21,7 +22,8 @@ type memStore struct {
 	objects  map[string][]byte // "bucket/key"
 	etags    map[string]string
 	pageSize int
-	gets     []string // "key@off+n", in order
+	gets     []string     // "key@off+n", in order
+	served   atomic.Int64 // bytes read from GET bodies
 	// beforePage, when set, runs before each page is served (to change the
 	// listing between pages).
 	beforePage func(page int)
@@ -136,5 +138,17 @@ func (m *memStore) GetRange(ctx context.Context, bucket, key string, off, n int6
 		return nil, objstore.ErrChanged
 	}
 	m.gets = append(m.gets, key+"@"+strconv.FormatInt(off, 10)+"+"+strconv.FormatInt(n, 10))
-	return io.NopCloser(bytes.NewReader(d[off : off+n])), nil
+	return io.NopCloser(&countingReader{r: bytes.NewReader(d[off : off+n]), n: &m.served}), nil
+}
+
+// countingReader adds what is read through it to n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
 }

@@ -44,6 +44,17 @@ type Config struct {
 	// Retries is how many times a failed ranged GET is sent again; negative
 	// means never.
 	Retries int
+
+	// NoStream (--stream=never, or auto with a far endpoint) serves every
+	// read with ranged GETs; otherwise a reader that starts at the beginning
+	// of an object is fed by one GET of the whole object (stream.go).
+	NoStream bool
+	// StreamMinRate (bytes per second) is the least a stream must deliver
+	// while reading; a slower one hands over to parallel ranged GETs.
+	// Negative: a stream is never judged slow.
+	StreamMinRate int64
+	// StreamIdle closes a stream that has had nothing to read for this long.
+	StreamIdle time.Duration
 }
 
 // Defaults chosen for training datasets: objects are written once and read
@@ -62,6 +73,12 @@ const (
 	DefaultCacheSize     = 1 << 30
 	DefaultReadTimeout   = 30 * time.Second
 	DefaultRetries       = 3
+	// One connection to a store on the same host or network carries
+	// hundreds of MB/s even on a loaded two-core machine; a stream slower
+	// than this has something wrong with it, and parallel ranges spread the
+	// load.
+	DefaultStreamMinRate = 64 << 20
+	DefaultStreamIdle    = 5 * time.Second
 )
 
 func (c *Config) applyDefaults() error {
@@ -96,6 +113,10 @@ func (c *Config) applyDefaults() error {
 	if c.Retries < 0 { // asked for none
 		c.Retries = 0
 	}
+	def(&c.StreamMinRate, DefaultStreamMinRate)
+	if c.StreamIdle == 0 {
+		c.StreamIdle = DefaultStreamIdle
+	}
 	bs := int64(c.BlockSize)
 	switch {
 	case c.BlockSize < 4096:
@@ -110,6 +131,8 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("--memory-limit %d: at least four parts (%d)", c.MemoryLimit, 4*c.PartSize)
 	case c.CacheSize < 0 || c.CacheSize > c.MemoryLimit:
 		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
+	case c.StreamIdle < 0:
+		return fmt.Errorf("--stream-idle %s: not negative", c.StreamIdle)
 	case c.Prefix != "" && c.Bucket == "":
 		return errors.New("--bucket: a prefix needs a bucket name before it")
 	}

@@ -211,7 +211,9 @@ func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
 	s := newMemStore()
 	data := randomBytes(300*4096+123, 1)
 	s.put("b", "obj", data, "e1")
-	f := newTestFS(t, s, smallConfig())
+	cfg := smallConfig()
+	cfg.NoStream = true // ranged GETs: stream_test.go covers streams
+	f := newTestFS(t, s, cfg)
 	h := openFile(t, f, "obj")
 	var got bytes.Buffer
 	buf := make([]byte, 3000) // not aligned to blocks

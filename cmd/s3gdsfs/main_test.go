@@ -83,6 +83,9 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--direct-io=sometimes", mp}, "direct-io"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "direct_io=maybe", mp}, "direct_io=maybe"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--direct-io-min-size", "0", mp}, "--direct-io-min-size"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream=sometimes", mp}, "stream"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream-idle", "0s", mp}, "--stream-idle"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream-min-rate", "fast", mp}, "stream-min-rate"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
@@ -120,6 +123,37 @@ func TestDirectIOFlagForms(t *testing.T) {
 	mf, _, _ := parseMountArgs([]string{"--endpoint", "http://x:1", "-o", "direct_io_min_size=8MiB", "/mnt"}, false)
 	if cfg, _ := mf.config("/mnt", nil); cfg.FS.DirectIOMinSize != 8<<20 {
 		t.Errorf("direct_io_min_size=8MiB gave %d bytes", cfg.FS.DirectIOMinSize)
+	}
+}
+
+// --stream=auto streams from stores on this host or a private network
+// only; the bare flag means always.
+func TestStreamFlagForms(t *testing.T) {
+	for _, c := range []struct {
+		endpoint string
+		args     []string
+		want     bool
+		rate     int64
+	}{
+		{"http://127.0.0.1:1", nil, true, 64 << 20},
+		{"https://52.216.0.1", nil, false, 64 << 20},
+		{"https://52.216.0.1", []string{"--stream"}, true, 64 << 20},
+		{"http://10.0.0.7:9000", []string{"--stream=never"}, false, 64 << 20},
+		{"http://127.0.0.1:1", []string{"-o", "stream=off,stream_min_rate=0"}, false, -1},
+		{"http://127.0.0.1:1", []string{"--stream-min-rate", "1GiB"}, true, 1 << 30},
+	} {
+		args := append([]string{"--endpoint", c.endpoint}, c.args...)
+		mf, _, err := parseMountArgs(append(args, "/mnt"), false)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		cfg, err := mf.config("/mnt", nil)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if on := !cfg.Core.NoStream; on != c.want || cfg.Core.StreamMinRate != c.rate {
+			t.Errorf("%s %v: streams %v, min rate %d; want %v, %d", c.endpoint, c.args, on, cfg.Core.StreamMinRate, c.want, c.rate)
+		}
 	}
 }
 

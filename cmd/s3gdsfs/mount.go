@@ -36,6 +36,9 @@ type mountFlags struct {
 	metaTTL, negativeTTL               time.Duration
 	connectTimeout, readTimeout        time.Duration
 	retries                            int
+	stream                             streamFlag
+	streamMinRate                      sizeFlag
+	streamIdle                         time.Duration
 	metricsAddr                        string
 	logLevel, logFile                  string
 	foreground                         bool
@@ -79,6 +82,11 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.DurationVar(&mf.connectTimeout, "connect-timeout", 5*time.Second, "bound on connecting to the endpoint")
 	fs.DurationVar(&mf.readTimeout, "read-timeout", vfs.DefaultReadTimeout, "a ranged GET that makes no progress this long is retried, then fails with EIO")
 	fs.IntVar(&mf.retries, "retries", vfs.DefaultRetries, "times a failed ranged GET is sent again")
+	mf.stream = "auto"
+	fs.Var(&mf.stream, "stream", "whole-object GETs for readers that start at the beginning of an object: auto (when the endpoint is on this host or a private network), always (--stream alone) or never (parallel ranged GETs only)")
+	mf.streamMinRate = vfs.DefaultStreamMinRate
+	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
+	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
 	fs.StringVar(&mf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
@@ -220,6 +228,12 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
+	if mf.streamMinRate < 0 {
+		return daemon.Config{}, usagef("--stream-min-rate %s: must be 0 or more", mf.streamMinRate.String())
+	}
+	if mf.streamIdle <= 0 {
+		return daemon.Config{}, usagef("--stream-idle %s: must be above 0", mf.streamIdle)
+	}
 	if mf.gpuStreams < 1 || mf.stagingSlots < 1 || mf.gpuOps < 1 {
 		return daemon.Config{}, usagef("--gpu-streams, --gpu-max-ops and --staging-slots: at least 1")
 	}
@@ -277,6 +291,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			CacheSize:     int64(mf.cacheSize),
 			ReadTimeout:   mf.readTimeout,
 			Retries:       retriesSetting(mf.retries),
+			NoStream:      !mf.stream.on(mf.endpoint),
+			StreamMinRate: streamMinRateSetting(int64(mf.streamMinRate)),
+			StreamIdle:    mf.streamIdle,
 		},
 		FS: s3fs.Options{
 			UID: uint32(mf.uid), GID: uint32(mf.gid),
@@ -314,6 +331,26 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 // retriesSetting maps --retries 0 onto the core's "none" (a negative count),
 // since the core reads 0 as "default".
 func retriesSetting(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// on resolves --stream for the endpoint.
+func (f streamFlag) on(endpoint string) bool {
+	switch f {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	return objstore.NearEndpoint(endpoint)
+}
+
+// streamMinRateSetting maps the flag's 0 ("never") to the core's negative
+// value; the core's 0 means its default.
+func streamMinRateSetting(n int64) int64 {
 	if n == 0 {
 		return -1
 	}

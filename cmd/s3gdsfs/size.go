@@ -95,3 +95,25 @@ func (d *directIOFlag) Set(v string) error {
 	}
 	return nil
 }
+
+// streamFlag is --stream: auto, always or never. Written alone it means
+// always.
+type streamFlag string
+
+func (f *streamFlag) IsBoolFlag() bool { return true }
+
+func (f *streamFlag) String() string { return string(*f) }
+
+func (f *streamFlag) Set(v string) error {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto":
+		*f = "auto"
+	case "always", "true", "on", "1":
+		*f = "always"
+	case "never", "false", "off", "0":
+		*f = "never"
+	default:
+		return fmt.Errorf("%q: want auto, always or never", v)
+	}
+	return nil
+}

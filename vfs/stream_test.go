@@ -1,0 +1,272 @@
+package vfs
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// streamEnds waits until n streams have ended (their goroutines finish
+// after the reads that fed them) and returns the count for why.
+func streamEnds(t *testing.T, f *FS, n int, why string) float64 {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		total := 0.0
+		for _, w := range []string{streamDone, streamOvertaken, streamIdle, streamSlow, streamError} {
+			total += counterValue(t, f.m, "read_stream_ends_total", w)
+		}
+		if total >= float64(n) {
+			return counterValue(t, f.m, "read_stream_ends_total", why)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d streams ended after 5s", total, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// readAll reads h sequentially from off in chunks of n bytes.
+func readAll(t *testing.T, h *Handle, off int64, n int) []byte {
+	t.Helper()
+	var got bytes.Buffer
+	buf := make([]byte, n)
+	for {
+		m, err := h.ReadAt(context.Background(), buf, off)
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		if m == 0 {
+			return got.Bytes()
+		}
+		got.Write(buf[:m])
+		off += int64(m)
+	}
+}
+
+func (m *memStore) getLog() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.gets...)
+}
+
+// fetchedBytes sums the lengths of every GET so far.
+func fetchedBytes(t *testing.T, gets []string) int64 {
+	t.Helper()
+	var sum int64
+	for _, g := range gets {
+		_, n, _ := strings.Cut(g, "+")
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
+			t.Fatalf("GET log entry %q", g)
+		}
+		sum += v
+	}
+	return sum
+}
+
+func TestReaderFromTheStartIsFedByOneWholeObjectGET(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(300*4096+123, 11)
+	s.put("b", "obj", data, "e1")
+	f := newTestFS(t, s, smallConfig())
+	h := openFile(t, f, "obj")
+	if got := readAll(t, h, 0, 3000); !bytes.Equal(got, data) {
+		t.Fatalf("streamed read differs from the object (%d vs %d bytes)", len(got), len(data))
+	}
+	h.Close()
+	if gets := s.getLog(); len(gets) != 1 || gets[0] != "obj@0+"+strconv.Itoa(len(data)) {
+		t.Fatalf("GETs %v: want one for the whole object", gets)
+	}
+	if got := s.served.Load(); got != int64(len(data)) {
+		t.Fatalf("%d bytes read from the store for a %d-byte object", got, len(data))
+	}
+	if n := counterValue(t, f.m, "read_streams_total", ""); n != 1 {
+		t.Fatalf("%v streams counted, want 1", n)
+	}
+	if n := streamEnds(t, f, 1, streamDone); n != 1 {
+		t.Fatalf("stream did not end as done")
+	}
+	// The window still grew: the stream is read no further than it.
+	if h.window != f.cfg.MaxWindow {
+		t.Fatalf("window %d, want %d", h.window, f.cfg.MaxWindow)
+	}
+}
+
+func TestStreamsCanBeTurnedOff(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(100*4096, 12)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.NoStream = true
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	defer h.Close()
+	if got := readAll(t, h, 0, 4096); !bytes.Equal(got, data) {
+		t.Fatal("read differs from the object")
+	}
+	gets := s.getLog()
+	if len(gets) < 5 || fetchedBytes(t, gets) != int64(len(data)) {
+		t.Fatalf("GETs %v: want ranged GETs covering the object once", gets)
+	}
+	if n := counterValue(t, f.m, "read_streams_total", ""); n != 0 {
+		t.Fatalf("%v streams with streams off", n)
+	}
+}
+
+// A stream slower than StreamMinRate hands over to ranged GETs once it has
+// carried its probe; the bytes stay exact and nothing is fetched twice.
+func TestSlowStreamHandsOverToRangedGETs(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(300*4096, 13)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.StreamMinRate = 1 << 62 // nothing is this fast
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	if got := readAll(t, h, 0, 4096); !bytes.Equal(got, data) {
+		t.Fatal("read differs from the object")
+	}
+	h.Close()
+	gets := s.getLog()
+	if gets[0] != "obj@0+"+strconv.Itoa(len(data)) || len(gets) < 3 {
+		t.Fatalf("GETs %v: want the stream, then ranged GETs", gets)
+	}
+	for _, g := range gets[1:] {
+		if strings.HasPrefix(g, "obj@0+") {
+			t.Fatalf("a second GET from the start after the hand-over: %v", gets)
+		}
+	}
+	if got := s.served.Load(); got != int64(len(data)) {
+		t.Fatalf("%d bytes read from the store for a %d-byte object: some twice", got, len(data))
+	}
+	if n := streamEnds(t, f, 1, streamSlow); n != 1 {
+		t.Fatal("stream did not end as slow")
+	}
+}
+
+// A stream whose GET breaks, lies about its length or stalls gives what it
+// had claimed to ranged GETs: the reader sees exact bytes and no error.
+func TestBrokenStreamHandsItsBlocksToRangedGETs(t *testing.T) {
+	for _, kind := range []objstore.FaultKind{objstore.FaultEarlyEOF, objstore.FaultLong, objstore.FaultStallBody, objstore.FaultError} {
+		t.Run(kind.String(), func(t *testing.T) {
+			s := newMemStore()
+			data := randomBytes(200*4096+77, 14)
+			s.put("b", "obj", data, "e1")
+			faulty := objstore.NewFaulty(s, objstore.FaultConfig{Script: []objstore.FaultKind{kind}})
+			cfg := smallConfig()
+			cfg.ReadTimeout = 200 * time.Millisecond
+			f := newTestFS(t, faulty, cfg)
+			h := openFile(t, f, "obj")
+			if got := readAll(t, h, 0, 5000); !bytes.Equal(got, data) {
+				t.Fatal("read differs from the object")
+			}
+			h.Close()
+			if faulty.Injected() != 1 {
+				t.Fatalf("faults injected: %v", faulty.Counts())
+			}
+			if n := streamEnds(t, f, 1, streamError); n != 1 {
+				t.Fatal("stream did not end as error")
+			}
+			if len(s.getLog()) < 2 {
+				t.Fatalf("GETs %v: want ranged GETs after the stream", s.getLog())
+			}
+		})
+	}
+}
+
+// A random read ends the stream; a stream left with nothing to read ends
+// after StreamIdle. Either way the reader carries on with ranged GETs.
+func TestStreamEndsOnRandomReadAndWhenIdle(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(200*4096, 15)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.StreamIdle = 20 * time.Millisecond
+	f := newTestFS(t, s, cfg)
+
+	h := openFile(t, f, "obj")
+	buf := make([]byte, 4096)
+	for off := int64(0); off < 3*4096; off += 4096 {
+		if _, err := h.ReadAt(context.Background(), buf, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := streamEnds(t, f, 1, streamIdle); n != 1 {
+		t.Fatal("idle stream did not end as idle")
+	}
+	if got := readAll(t, h, 3*4096, 4096); !bytes.Equal(got, data[3*4096:]) {
+		t.Fatal("read after the idle end differs from the object")
+	}
+	h.Close()
+	gets := s.getLog()
+	if len(gets) < 2 || fetchedBytes(t, gets[1:]) < int64(len(data))/2 {
+		t.Fatalf("GETs %v: want ranged GETs after the idle end", gets)
+	}
+
+	// A random read (far from where the reader was) ends the stream too.
+	h = openFile(t, f, "obj")
+	defer h.Close()
+	if _, err := h.ReadAt(context.Background(), buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ReadAt(context.Background(), buf, 150*4096); err != nil {
+		t.Fatal(err)
+	}
+	if n := streamEnds(t, f, 2, streamDone); n != 1 {
+		t.Fatal("stream did not end after a random read")
+	}
+	if !bytes.Equal(buf, data[150*4096:151*4096]) {
+		t.Fatal("random read differs from the object")
+	}
+}
+
+// A second reader that starts while the first one's stream runs waits on
+// the stream's blocks and fetches the rest with ranged GETs; when the first
+// reader meets those, its stream ends as overtaken. No byte is fetched
+// twice and both read the object exactly.
+func TestSecondReaderSharesTheStreamAndOvertakesIt(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(30*4096, 16) // fits the cache: nothing evicted
+	s.put("b", "obj", data, "e1")
+	f := newTestFS(t, s, smallConfig())
+	a := openFile(t, f, "obj")
+	defer a.Close()
+	half := readAllTo(t, a, 0, 12*4096, 4096)
+	b := openFile(t, f, "obj")
+	if got := readAll(t, b, 0, 4096); !bytes.Equal(got, data) {
+		t.Fatal("second reader's bytes differ from the object")
+	}
+	b.Close()
+	rest := readAll(t, a, 12*4096, 4096)
+	if !bytes.Equal(append(half, rest...), data) {
+		t.Fatal("first reader's bytes differ from the object")
+	}
+	gets := s.getLog()
+	if got := s.served.Load(); got != int64(len(data)) {
+		t.Fatalf("GETs %v carried %d bytes for a %d-byte object", gets, got, len(data))
+	}
+	if n := streamEnds(t, f, 1, streamOvertaken); n != 1 {
+		t.Fatalf("first reader's stream did not end as overtaken (GETs %v)", gets)
+	}
+}
+
+// readAllTo reads h sequentially over [off, end) in chunks of n bytes.
+func readAllTo(t *testing.T, h *Handle, off, end int64, n int) []byte {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, n)
+	for off < end {
+		m, err := h.ReadAt(context.Background(), buf[:min(int64(n), end-off)], off)
+		if err != nil || m == 0 {
+			t.Fatalf("read at %d: %d, %v", off, m, err)
+		}
+		got = append(got, buf[:m]...)
+		off += int64(m)
+	}
+	return got
+}

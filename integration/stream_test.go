@@ -1,0 +1,80 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// A whole-object stream that breaks in any way the store can break hands
+// its blocks to ranged GETs: the reader gets every byte right, no read
+// waits longer than the fault bound, and the stream is counted as ended by
+// an error. The first GET of each mount is the stream, so the decorator's
+// script hits it and nothing else.
+func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 24<<20 + 4321
+	srv.PutRandomObject(t, "data", "seq.bin", size, 31)
+	for _, kind := range []objstore.FaultKind{objstore.FaultError, objstore.FaultEarlyEOF,
+		objstore.FaultStallBody, objstore.FaultShort, objstore.FaultLong} {
+		t.Run(kind.String(), func(t *testing.T) {
+			var faulty *objstore.Faulty
+			mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+				c.WrapStore = func(s objstore.Store) objstore.Store {
+					faulty = objstore.NewFaulty(s, objstore.FaultConfig{Script: []objstore.FaultKind{kind}})
+					return faulty
+				}
+				c.Core.ReadTimeout = faultReadTimeout
+				c.Core.Retries = faultRetries
+			})
+			f, err := os.Open(filepath.Join(mp, "seq.bin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, 1<<20)
+			var worst time.Duration
+			for off := int64(0); off < size; {
+				start := time.Now()
+				n, err := f.Read(buf)
+				worst = max(worst, time.Since(start))
+				if err != nil && err != io.EOF {
+					t.Fatalf("read at %d: %v", off, err)
+				}
+				if n == 0 {
+					t.Fatalf("read at %d: end of file before %d bytes", off, size)
+				}
+				if !bytes.Equal(buf[:n], testenv.RandomBytes(31, off, n)) {
+					t.Fatalf("read at %d: %d bytes differ from the object", off, n)
+				}
+				off += int64(n)
+			}
+			if worst > faultPOSIXBound {
+				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
+			}
+			if faulty.Injected() != 1 {
+				t.Fatalf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+			}
+			ends := func() string {
+				snap, err := d.Metrics.Snapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprint(snap["read_streams_total"], snap["read_stream_ends_total"])
+			}
+			// The stream's goroutine counts its end as it leaves.
+			if !settle(5*time.Second, func() bool { return ends() == "1 map[error:1]" }) {
+				t.Fatalf("streams started and ended: %s, want 1 ended by an error", ends())
+			}
+		})
+	}
+}

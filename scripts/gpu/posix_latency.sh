@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Where a single reader's time goes: the latency of one pread(2) through the
 # mount when the daemon already holds the block (a warm 256 MiB object, read
-# with direct I/O, so every call is one FUSE request), for 4 KiB (the fixed
+# with direct I/O, so every call goes to the daemon), for 4 KiB (the fixed
 # cost of a request: the kernel's hand-off to the daemon and back) and 1 MiB
-# (plus the copy of the bytes), against the same preads of a copy of the
-# object on /dev/shm (the page cache's copy alone), and the daemon's own time
-# per request (s3gdsfs_posix_read_seconds). Needs .dev/gpu (make gpu-bundle).
+# (plus the copy of the bytes; into a page-aligned buffer and into a
+# bytearray, and from one block read again and again, which stays in the
+# CPU's cache), against the same preads of a copy of the object on /dev/shm
+# (the page cache's copy alone), and the daemon's own time per request
+# (s3gdsfs_posix_read_seconds). Needs .dev/gpu (make gpu-bundle).
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-posix-latency}
 N=${N:-4000}
@@ -18,15 +20,20 @@ cp "$MP/lat-0000" "$ROOT/copy.bin"
 metrics() { python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:9737/metrics').read().decode())" | grep -E '^s3gdsfs_posix_read_seconds_(sum|count)'; }
 metrics > "$OUT/m0"
 python3 - "$MP/lat-0000" "$ROOT/copy.bin" "$N" <<'PY' | tee "$OUT/latency.txt"
-import os, sys, time, statistics
+import mmap, os, sys, time, statistics
 mount, copy, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def lat(path, size):
+MiB = 1 << 20
+def lat(path, size, aligned, same_block):
+    # A page-aligned buffer (as dd and Go's allocator give) lets the kernel
+    # send 1 MiB as one request; a bytearray is not page-aligned, so 1 MiB
+    # spans 257 pages and goes as two.
+    buf = mmap.mmap(-1, size) if aligned else bytearray(size)
     fd = os.open(path, os.O_RDONLY)
-    buf = bytearray(size)
-    span = (256 << 20) - size
     ts = []
     for i in range(n):
-        off = (i * 7919 * 4096) % span // 4096 * 4096
+        off = 0 if same_block else (i * 7919 * 4096) % (256 * MiB - size) // 4096 * 4096
+        if size == MiB and not same_block:
+            off = off // MiB * MiB
         t0 = time.perf_counter_ns()
         got = os.preadv(fd, [buf], off)
         ts.append(time.perf_counter_ns() - t0)
@@ -34,10 +41,13 @@ def lat(path, size):
     os.close(fd)
     ts.sort()
     return statistics.median(ts) / 1e3, ts[len(ts) // 10] / 1e3, ts[len(ts) * 9 // 10] / 1e3
-for size in (4096, 1 << 20):
+for size, aligned, same, what in ((4096, True, False, "4 KiB, aligned buffer"),
+                                  (MiB, True, False, "1 MiB, aligned buffer"),
+                                  (MiB, False, False, "1 MiB, bytearray"),
+                                  (MiB, True, True, "1 MiB, aligned, one block again and again")):
     for name, path in (("mount", mount), ("tmpfs", copy)):
-        med, p10, p90 = lat(path, size)
-        print(f"{name:5} pread {size >> 10:5} KiB: median {med:8.1f} us (p10 {p10:7.1f}, p90 {p90:8.1f})  {size / med / 1e3:6.2f} GB/s at the median")
+        med, p10, p90 = lat(path, size, aligned, same)
+        print(f"{name:5} pread {what:42}: median {med:8.1f} us (p10 {p10:7.1f}, p90 {p90:8.1f})  {size / med / 1e3:6.2f} GB/s")
 PY
 metrics > "$OUT/m1"
 python3 - "$OUT/m0" "$OUT/m1" <<'PY' | tee -a "$OUT/latency.txt"

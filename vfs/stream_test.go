@@ -170,7 +170,8 @@ func TestBrokenStreamHandsItsBlocksToRangedGETs(t *testing.T) {
 				t.Fatalf("faults injected: %v", faulty.Counts())
 			}
 			if n := streamEnds(t, f, 1, streamError); n != 1 {
-				t.Fatal("stream did not end as error")
+				snap, _ := f.m.Snapshot()
+				t.Fatalf("stream did not end as error: %v; GETs %v", snap["read_stream_ends_total"], s.getLog())
 			}
 			if len(s.getLog()) < 2 {
 				t.Fatalf("GETs %v: want ranged GETs after the stream", s.getLog())

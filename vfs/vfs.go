@@ -289,8 +289,9 @@ func (f *FS) resolve(ctx context.Context, child Entry) (Entry, error) {
 		err error
 	}
 	statc := make(chan statResult, 1)
+	bucket, key := child.Bucket, child.Key // child changes below while Stat runs
 	go func() {
-		o, err := f.store.Stat(ctx, child.Bucket, child.Key)
+		o, err := f.store.Stat(ctx, bucket, key)
 		statc <- statResult{o, err}
 	}()
 	page, listErr := f.store.List(ctx, child.Bucket, child.Key+"/", "", 1)

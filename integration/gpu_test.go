@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -252,7 +253,41 @@ func TestMain(m *testing.M) {
 	if os.Getenv("S3GDSFS_TEST_IOCTL_AS_CHILD") != "" {
 		os.Exit(childIoctl())
 	}
+	if path := os.Getenv("S3GDSFS_TEST_MMAP_SHA256"); path != "" {
+		os.Exit(childMmapSHA256(path))
+	}
 	os.Exit(m.Run())
+}
+
+// childMmapSHA256 prints the sha256 of path read through a shared mapping.
+// It runs in its own process: a page fault on a FUSE mapping waits for the
+// daemon, and a daemon in the same process may be stopped by the Go
+// runtime waiting for that very fault to end (a stop-the-world cannot
+// preempt a thread inside a fault).
+func childMmapSHA256(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmap:", err)
+		if errors.Is(err, syscall.ENODEV) {
+			return 3
+		}
+		return 2
+	}
+	defer syscall.Munmap(data)
+	sum := sha256.Sum256(data)
+	fmt.Println(hex.EncodeToString(sum[:]))
+	return 0
 }
 
 // childIoctl issues one GPU read on fd 3 (inherited) and exits with the errno.

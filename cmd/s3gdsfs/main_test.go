@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3gdsfs/s3gdsfs/daemon"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
@@ -95,6 +96,20 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 	}
 }
 
+// mountConfig is the configuration the mount command makes of args.
+func mountConfig(t *testing.T, args ...string) daemon.Config {
+	t.Helper()
+	mf, _, err := parseMountArgs(append(args, "/mnt"), false)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	cfg, err := mf.config("/mnt", nil)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return cfg
+}
+
 func TestDirectIOFlagForms(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -108,14 +123,7 @@ func TestDirectIOFlagForms(t *testing.T) {
 		{[]string{"-o", "direct_io=auto,direct_io_min_size=8MiB"}, s3fs.DirectIOAuto},
 	} {
 		args := append([]string{"--endpoint", "http://127.0.0.1:1"}, c.args...)
-		mf, _, err := parseMountArgs(append(args, "/mnt"), false)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		cfg, err := mf.config("/mnt", nil)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
+		cfg := mountConfig(t, args...)
 		if cfg.FS.DirectIO != c.want {
 			t.Errorf("%v: direct I/O policy %v, want %v", c.args, cfg.FS.DirectIO, c.want)
 		}
@@ -143,14 +151,7 @@ func TestStreamFlagForms(t *testing.T) {
 		{"http://127.0.0.1:1", []string{"--stream-min-rate", "1GiB"}, true, 1 << 30},
 	} {
 		args := append([]string{"--endpoint", c.endpoint}, c.args...)
-		mf, _, err := parseMountArgs(append(args, "/mnt"), false)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		cfg, err := mf.config("/mnt", nil)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
+		cfg := mountConfig(t, args...)
 		if on := !cfg.Core.NoStream; on != c.want || cfg.Core.StreamMinRate != c.rate {
 			t.Errorf("%s %v: streams %v, min rate %d; want %v, %d", c.endpoint, c.args, on, cfg.Core.StreamMinRate, c.want, c.rate)
 		}

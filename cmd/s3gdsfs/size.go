@@ -74,6 +74,20 @@ func (m *modeFlag) Set(v string) error {
 	return nil
 }
 
+// parsePolicy reads an auto/always/never flag; the boolean spellings
+// stand for always and never, so the flag may be written alone.
+func parsePolicy(v string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto":
+		return "auto", nil
+	case "always", "true", "on", "1":
+		return "always", nil
+	case "never", "false", "off", "0":
+		return "never", nil
+	}
+	return "", fmt.Errorf("%q: want auto, always or never", v)
+}
+
 // directIOFlag is --direct-io: auto, always or never. Written alone it means
 // always, as it did when it was a plain switch.
 type directIOFlag s3fs.DirectIO
@@ -83,16 +97,11 @@ func (d *directIOFlag) IsBoolFlag() bool { return true }
 func (d *directIOFlag) String() string { return s3fs.DirectIO(*d).String() }
 
 func (d *directIOFlag) Set(v string) error {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "auto":
-		*d = directIOFlag(s3fs.DirectIOAuto)
-	case "always", "true", "on", "1":
-		*d = directIOFlag(s3fs.DirectIOAlways)
-	case "never", "false", "off", "0":
-		*d = directIOFlag(s3fs.DirectIONever)
-	default:
-		return fmt.Errorf("%q: want auto, always or never", v)
+	p, err := parsePolicy(v)
+	if err != nil {
+		return err
 	}
+	*d = directIOFlag(map[string]s3fs.DirectIO{"auto": s3fs.DirectIOAuto, "always": s3fs.DirectIOAlways, "never": s3fs.DirectIONever}[p])
 	return nil
 }
 
@@ -105,15 +114,10 @@ func (f *streamFlag) IsBoolFlag() bool { return true }
 func (f *streamFlag) String() string { return string(*f) }
 
 func (f *streamFlag) Set(v string) error {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "auto":
-		*f = "auto"
-	case "always", "true", "on", "1":
-		*f = "always"
-	case "never", "false", "off", "0":
-		*f = "never"
-	default:
-		return fmt.Errorf("%q: want auto, always or never", v)
+	p, err := parsePolicy(v)
+	if err != nil {
+		return err
 	}
+	*f = streamFlag(p)
 	return nil
 }

@@ -15,12 +15,12 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle test test-race demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
 help:
-	@echo "targets: deps bench-deps build build-static test demo bench fmt fmt-check vet clean"
+	@echo "targets: deps bench-deps build build-static test test-race demo bench fmt fmt-check vet clean"
 	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'"
 
 # deps: what `make test` needs (versitygw, fusermount3).
@@ -81,6 +81,11 @@ posix-bundle: gpu-bundle bench-deps
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 40m ./...
+
+# test-race: the same under the race detector, less the fault and load
+# tests, whose timing bounds do not allow for its slowdown.
+test-race: deps
+	$(GO) test -race -count=1 -p 2 -timeout 40m -skip 'Fault|Load' ./...
 
 demo: build
 	./$(BIN) demo $(DEMO_FLAGS)

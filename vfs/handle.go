@@ -149,14 +149,18 @@ func (h *Handle) plan(off, end int64) {
 		}
 		h.nextOff = max(h.nextOff, end)
 	} else {
-		// A random read: only the blocks it needs, one ranged GET each, and
-		// the window starts small again.
+		// A random read: only the blocks it needs, and the window starts
+		// small again. Blocks it spans go out as one ranged GET (per part)
+		// rather than one round trip after another.
 		h.window = h.f.cfg.InitialWindow
 		h.prefetchedTo = 0
 		h.nextOff = end
 		if h.stream != nil {
 			h.stream.finish()
 			h.stream = nil
+		}
+		if first, last := off/bs, (end-1)/bs; last > first {
+			from, to = first, last+1
 		}
 	}
 	h.streak = sequential

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,27 +255,51 @@ func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
 	}
 }
 
-func TestRandomReadsFetchSingleBlocks(t *testing.T) {
+// Random reads fetch the blocks they span and nothing more, and the missing
+// blocks of one read come in one ranged GET, not one round trip after
+// another.
+func TestRandomReadsFetchOnlyTheirBlocksInOneGET(t *testing.T) {
 	s := newMemStore()
 	data := randomBytes(200*4096, 2)
 	s.put("b", "obj", data, "e1")
-	f := newTestFS(t, s, smallConfig())
+	cfg := smallConfig()
+	f := newTestFS(t, s, cfg)
 	h := openFile(t, f, "obj")
+	defer h.Close()
 	r := rand.New(rand.NewPCG(3, 3))
-	buf := make([]byte, 100)
-	for range 50 {
-		off := int64(r.IntN(len(data) - 100))
-		n, err := h.ReadAt(context.Background(), buf, off)
-		if err != nil || n != 100 || !bytes.Equal(buf, data[off:off+100]) {
-			t.Fatalf("random read at %d: n=%d err=%v, bytes equal=%v", off, n, err, bytes.Equal(buf[:n], data[off:off+int64(n)]))
+	var spanned int64
+	reads := 0
+	for range 60 {
+		n := 1 + r.IntN(3*4096) // up to three blocks, less than a part
+		off := 4096 + int64(r.IntN(len(data)-n-4096))
+		buf := make([]byte, n)
+		before := len(s.getLog())
+		got, err := h.ReadAt(context.Background(), buf, off)
+		if err != nil || got != n || !bytes.Equal(buf, data[off:off+int64(n)]) {
+			t.Fatalf("random read %d@%d: n=%d err=%v, bytes equal=%v", n, off, got, err, bytes.Equal(buf[:got], data[off:off+int64(got)]))
 		}
+		lo, hi := off/4096*4096, (off+int64(n)+4095)/4096*4096
+		for _, g := range s.getLog()[before:] {
+			at, length, _ := strings.Cut(strings.TrimPrefix(g, "obj@"), "+")
+			a, _ := strconv.ParseInt(at, 10, 64)
+			l, _ := strconv.ParseInt(length, 10, 64)
+			if a < lo || a+l > hi {
+				t.Fatalf("random read %d@%d fetched %s, outside its blocks [%d, %d)", n, off, g, lo, hi)
+			}
+		}
+		spanned += ((off+int64(n)-1)/4096 - off/4096 + 1) * 4096
+		reads++
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, g := range s.gets {
-		if !strings.HasSuffix(g, "+4096") {
-			t.Fatalf("random read fetched %s; want single blocks", g)
-		}
+	if got := s.served.Load(); got > spanned {
+		t.Fatalf("%d random reads spanning %d bytes of blocks fetched %d bytes", reads, spanned, got)
+	}
+	// Three whole blocks nobody has read: one GET of exactly those.
+	before := len(s.getLog())
+	if _, err := h.ReadAt(context.Background(), make([]byte, 3*4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if gets := s.getLog()[before:]; len(gets) != 1 || gets[0] != "obj@0+12288" {
+		t.Fatalf("a three-block read at 0 sent %v, want one GET of those blocks", gets)
 	}
 }
 

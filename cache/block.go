@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Block is one fixed-size piece of one object version, reference counted so
@@ -19,6 +20,8 @@ type Block struct {
 	// Guarded by store.mu.
 	cached   bool
 	cachedAs BlockKey
+	ahead    bool      // cached by PutAhead and not read since
+	aheadAt  time.Time // when PutAhead took it
 }
 
 // BlockKey names a block. Object is an opaque string naming one version of

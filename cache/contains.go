@@ -6,5 +6,5 @@ package cache
 func (s *Store) Contains(key BlockKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lru.Contains(key)
+	return s.lru.Contains(key) || s.ahead.Contains(key)
 }

@@ -1,12 +1,14 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -20,6 +22,9 @@ type StoreConfig struct {
 	BlockSize   int   // bytes per block, e.g. 1 MiB
 	MemoryLimit int64 // total bytes of block memory (prefetch + cache)
 	CacheLimit  int64 // at most this many bytes held by the LRU cache (<= MemoryLimit)
+	// AheadTTL: how long a block fetched ahead is kept from other
+	// prefetches for its reader (PutAhead); 0 means DefaultAheadTTL.
+	AheadTTL time.Duration
 }
 
 // StoreStats is a snapshot of a Store's counters.
@@ -36,6 +41,7 @@ type StoreStats struct {
 type Store struct {
 	blockSize  int
 	cacheLimit int64
+	aheadTTL   time.Duration
 	budget     *Budget
 	free       freeList
 
@@ -43,8 +49,14 @@ type Store struct {
 	// that leaves a block held only by the cache must then evict for them.
 	waiting atomic.Int32
 
-	mu        sync.Mutex
-	lru       *simplelru.LRU[BlockKey, *Block] // bounded by bytes, not by its own size
+	mu  sync.Mutex
+	lru *simplelru.LRU[BlockKey, *Block] // bounded by bytes, not by its own size
+	// ahead holds blocks fetched ahead of a reader that has not asked for
+	// them yet, oldest first. They are prefetch memory, not cache: the
+	// cache limit does not evict them (that would throw away a download
+	// its reader is about to use); only the need for memory does, after
+	// every idle block in lru.
+	ahead     *simplelru.LRU[BlockKey, *Block]
 	hits      uint64
 	misses    uint64
 	evictions uint64
@@ -65,11 +77,17 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	ahead, err := simplelru.NewLRU[BlockKey, *Block](math.MaxInt, nil)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
 		blockSize:  cfg.BlockSize,
 		cacheLimit: cfg.CacheLimit,
+		aheadTTL:   cmp.Or(cfg.AheadTTL, DefaultAheadTTL),
 		budget:     NewBudget(cfg.MemoryLimit),
 		lru:        lru,
+		ahead:      ahead,
 	}, nil
 }
 
@@ -83,9 +101,10 @@ func (s *Store) Budget() *Budget { return s.budget }
 
 // NewBlock returns an empty block (len 0, cap BlockSize) holding one
 // reference, its BlockSize bytes taken from the budget. When the budget is
-// full it first evicts least-recently-used cached blocks; then, with
-// wait=false, returns (nil, ErrNoMemory); with wait=true, blocks until memory
-// is free or ctx is done.
+// full it first evicts least-recently-used cached blocks (with wait=false
+// only blocks read at least once, never ones fetched ahead: see PutAhead);
+// then, with wait=false, returns (nil, ErrNoMemory); with wait=true, blocks
+// until memory is free or ctx is done.
 //
 // Only cached blocks no reader holds are evicted for room: evicting one in use
 // frees nothing and loses a block that is being read.
@@ -102,7 +121,12 @@ func (s *Store) NewBlock(ctx context.Context, wait bool) (*Block, error) {
 	}
 
 	s.mu.Lock()
-	if s.evictIdleUntil(func() bool { return s.budget.TryAcquire(size) }) {
+	// A prefetch (no wait) takes room only from blocks already read and from
+	// blocks fetched ahead that nobody came for within AheadTTL: it must not
+	// throw away another prefetch's blocks before their reader comes. A
+	// reader's own block may take any idle block.
+	got := func() bool { return s.budget.TryAcquire(size) }
+	if s.evictIdleFrom(s.lru, got) || s.evictStaleAhead(got) || (wait && s.evictIdleFrom(s.ahead, got)) {
 		s.mu.Unlock()
 		return s.newBlock(), nil
 	}
@@ -127,12 +151,21 @@ func (s *Store) Get(key BlockKey) *Block {
 	defer s.mu.Unlock()
 	b, ok := s.lru.Get(key)
 	if !ok {
-		s.misses++
-		return nil
+		if b, ok = s.ahead.Peek(key); !ok {
+			s.misses++
+			return nil
+		}
 	}
 	s.hits++
 	// Under s.mu, so eviction cannot drop the cache's reference first.
 	b.Retain()
+	if b.ahead {
+		// Read at last: from now on it is cache like any other block, under
+		// the reference the ahead list held.
+		s.ahead.Remove(key)
+		b.cached, b.ahead = false, false
+		s.cache(key, b)
+	}
 	return b
 }
 
@@ -145,21 +178,61 @@ func (s *Store) Put(key BlockKey, b *Block) {
 	if b.store != s {
 		panic("cache: Put of a Block from another Store")
 	}
-	if s.cacheLimit < int64(s.blockSize) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.lru.Peek(key); ok && old == b {
+		s.lru.Get(key) // refresh
 		return
+	}
+	s.forget(key, b)
+	b.Retain()
+	s.cache(key, b)
+}
+
+// PutAhead keeps b, fetched ahead of its reader, until the reader's first
+// Get makes it an ordinary cached block. Until then CacheLimit does not
+// evict it (it is prefetch memory, counted by the budget like any block);
+// NewBlock does, as a last resort, oldest first. A key already cached is
+// left as it is.
+func (s *Store) PutAhead(key BlockKey, b *Block) {
+	if b.store != s {
+		panic("cache: PutAhead of a Block from another Store")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.lru.Get(key); ok {
-		if old == b {
-			return
-		}
-		s.uncache(key, old)
+	if s.lru.Contains(key) || s.ahead.Contains(key) {
+		return
 	}
 	if b.cached {
 		s.uncache(b.cachedAs, b)
 	}
 	b.Retain()
+	b.cached, b.cachedAs, b.ahead, b.aheadAt = true, key, true, time.Now()
+	s.ahead.Add(key, b)
+}
+
+// forget drops what is cached under key and where b is cached, so that b
+// can be cached under key. Caller holds s.mu.
+func (s *Store) forget(key BlockKey, b *Block) {
+	if old, ok := s.lru.Peek(key); ok {
+		s.uncache(key, old)
+	}
+	if old, ok := s.ahead.Peek(key); ok {
+		s.uncache(key, old)
+	}
+	if b.cached {
+		s.uncache(b.cachedAs, b)
+	}
+}
+
+// cache adds b, whose reference the caller has taken for the cache, to the
+// LRU under key and evicts down to CacheLimit; with no room for a block it
+// drops that reference instead. Caller holds s.mu.
+func (s *Store) cache(key BlockKey, b *Block) {
+	if s.cacheLimit < int64(s.blockSize) {
+		b.drop()
+		return
+	}
 	b.cached, b.cachedAs = true, key
 	s.lru.Add(key, b)
 	for s.cachedBytes() > s.cacheLimit {
@@ -173,12 +246,14 @@ func (s *Store) Put(key BlockKey, b *Block) {
 func (s *Store) Remove(object string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, key := range s.lru.Keys() {
-		if key.Object != object {
-			continue
-		}
-		if b, ok := s.lru.Peek(key); ok {
-			s.uncache(key, b)
+	for _, list := range []*simplelru.LRU[BlockKey, *Block]{s.lru, s.ahead} {
+		for _, key := range list.Keys() {
+			if key.Object != object {
+				continue
+			}
+			if b, ok := list.Peek(key); ok {
+				s.uncache(key, b)
+			}
 		}
 	}
 }
@@ -191,12 +266,13 @@ func (s *Store) Stats() StoreStats {
 		Hits:         s.hits,
 		Misses:       s.misses,
 		Evictions:    s.evictions,
-		CachedBytes:  s.cachedBytes(),
-		CachedBlocks: int64(s.lru.Len()),
+		CachedBytes:  int64(s.lru.Len()+s.ahead.Len()) * int64(s.blockSize),
+		CachedBlocks: int64(s.lru.Len() + s.ahead.Len()),
 		InUseBytes:   s.budget.Used(),
 	}
 }
 
+// cachedBytes is what counts against CacheLimit: blocks read at least once.
 func (s *Store) cachedBytes() int64 {
 	return int64(s.lru.Len()) * int64(s.blockSize)
 }
@@ -222,8 +298,12 @@ func (s *Store) recycle(b *Block) {
 
 // uncache drops the cache's entry and reference for b. Caller holds s.mu.
 func (s *Store) uncache(key BlockKey, b *Block) {
-	s.lru.Remove(key)
-	b.cached = false
+	if b.ahead {
+		s.ahead.Remove(key)
+	} else {
+		s.lru.Remove(key)
+	}
+	b.cached, b.ahead = false, false
 	b.drop()
 }
 
@@ -238,28 +318,64 @@ func (s *Store) evictOldest() {
 }
 
 // evictIdleUntil evicts cached blocks that only the cache holds, least
-// recently used first, until done reports true; it returns false if none is
-// left first. Blocks in use are skipped and count as just used, since a reader
-// has them. Caller holds s.mu.
+// recently used first and blocks not read yet last, until done reports
+// true; it returns false if none is left first. Blocks in use are skipped
+// and count as just used, since a reader has them. Caller holds s.mu.
 func (s *Store) evictIdleUntil(done func() bool) bool {
+	return s.evictIdleFrom(s.lru, done) || s.evictIdleFrom(s.ahead, done)
+}
+
+func (s *Store) evictIdleFrom(list *simplelru.LRU[BlockKey, *Block], done func() bool) bool {
 	for skipped := 0; ; {
 		if done() {
 			return true
 		}
-		if skipped >= s.lru.Len() {
+		if skipped >= list.Len() {
 			return false
 		}
-		key, b, _ := s.lru.GetOldest()
+		key, b, _ := list.GetOldest()
 		// Only Get adds readers and it holds s.mu, so a count of one
 		// (the cache's own) cannot rise under us.
 		if b.refs.Load() > 1 {
-			s.lru.Get(key) // to the front, behind the ones still to look at
+			list.Get(key) // to the front, behind the ones still to look at
 			skipped++
 			continue
 		}
 		s.uncache(key, b)
 		s.evictions++
 	}
+}
+
+// DefaultAheadTTL is how long a block fetched ahead is kept from other
+// prefetches for its reader; a reader that closed its file or went
+// elsewhere never comes, and its blocks must not hold memory from
+// prefetches for ever. A reader that takes longer than this over a window
+// (128 MiB by default: under 5 MB/s) may find some of its blocks fetched
+// again.
+const DefaultAheadTTL = 30 * time.Second
+
+// evictStaleAhead evicts idle blocks fetched ahead more than aheadTTL ago,
+// oldest first, until done reports true. The list is in the order PutAhead
+// added to it (blocks in use are moved to the back as they are passed), so
+// the first block younger than aheadTTL ends the search. Caller holds s.mu.
+func (s *Store) evictStaleAhead(done func() bool) bool {
+	for skipped := 0; !done(); {
+		if skipped >= s.ahead.Len() {
+			return false
+		}
+		key, b, _ := s.ahead.GetOldest()
+		if time.Since(b.aheadAt) < s.aheadTTL {
+			return false
+		}
+		if b.refs.Load() > 1 {
+			s.ahead.Get(key)
+			skipped++
+			continue
+		}
+		s.uncache(key, b)
+		s.evictions++
+	}
+	return true
 }
 
 // evictForWaiters frees cached memory while budget waiters cannot be served.

@@ -261,14 +261,20 @@ func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pen
 	return len(blks), nil
 }
 
-// complete publishes a block (or its error) to its waiters and the cache.
+// complete publishes a block (or its error) to its waiters and the store:
+// as read if someone waits for it, as fetched ahead otherwise, so that the
+// cache limit cannot drop it before its reader comes.
 func (fe *fetcher) complete(o object, idx int64, b *cache.Block, p *pending, err error) {
 	key := cache.BlockKey{Object: o.id, Index: idx}
-	if err == nil {
-		fe.f.blocks.Put(key, b)
-	}
 	fe.mu.Lock()
 	if err == nil {
+		// Under fe.mu with the inflight entry still there, so that get
+		// finds the block in one place or the other.
+		if p.waiters > 0 {
+			fe.f.blocks.Put(key, b)
+		} else {
+			fe.f.blocks.PutAhead(key, b)
+		}
 		for range p.waiters {
 			b.Retain()
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,4 +271,53 @@ func readAllTo(t *testing.T, h *Handle, off, end int64, n int) []byte {
 		off += int64(m)
 	}
 	return got
+}
+
+// Four sequential readers with a cache of one block: what the prefetcher
+// (ranged GETs or a stream) fetched ahead waits for its reader instead of
+// being dropped by the cache limit, so every byte comes from the store once.
+func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
+	for _, noStream := range []bool{false, true} {
+		s := newMemStore()
+		var datas [][]byte
+		for i := range 4 {
+			d := randomBytes(120*4096, uint64(40+i))
+			datas = append(datas, d)
+			s.put("b", "o"+strconv.Itoa(i), d, "e")
+		}
+		cfg := smallConfig()
+		cfg.CacheSize = 4096
+		cfg.MemoryLimit = 128 * 4096 // room for every reader's window
+		cfg.NoStream = noStream
+		f := newTestFS(t, s, cfg)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			h := openFile(t, f, "o"+strconv.Itoa(i))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer h.Close()
+				var got []byte
+				buf := make([]byte, 4096)
+				for off := int64(0); ; off += 4096 {
+					n, err := h.ReadAt(context.Background(), buf, off)
+					if err != nil {
+						t.Errorf("reader %d at %d: %v", i, off, err)
+						return
+					}
+					if n == 0 {
+						break
+					}
+					got = append(got, buf[:n]...)
+				}
+				if !bytes.Equal(got, datas[i]) {
+					t.Errorf("reader %d: bytes differ from the object", i)
+				}
+			}()
+		}
+		wg.Wait()
+		if got, want := s.served.Load(), int64(4*120*4096); got != want {
+			t.Errorf("streams off=%v: %d bytes read from the store for %d of objects", noStream, got, want)
+		}
+	}
 }

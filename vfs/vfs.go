@@ -37,7 +37,7 @@ type Config struct {
 	InitialWindow int64 // first prefetch window: small, so the first byte is quick
 	MaxWindow     int64 // the window doubles up to this per handle
 	MemoryLimit   int64 // all block memory: prefetch and cache
-	CacheSize     int64 // of which the LRU cache may hold at most this
+	CacheSize     int64 // of which the LRU cache may hold at most this; negative: none
 
 	// ReadTimeout bounds a ranged GET that makes no progress.
 	ReadTimeout time.Duration
@@ -104,6 +104,9 @@ func (c *Config) applyDefaults() error {
 	def(&c.MaxWindow, DefaultMaxWindow)
 	def(&c.MemoryLimit, DefaultMemoryLimit)
 	def(&c.CacheSize, DefaultCacheSize)
+	if c.CacheSize < 0 { // asked for none
+		c.CacheSize = 0
+	}
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = DefaultReadTimeout
 	}
@@ -129,7 +132,7 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("--max-window %d: at least --initial-window %d", c.MaxWindow, c.InitialWindow)
 	case c.MemoryLimit < 4*c.PartSize:
 		return fmt.Errorf("--memory-limit %d: at least four parts (%d)", c.MemoryLimit, 4*c.PartSize)
-	case c.CacheSize < 0 || c.CacheSize > c.MemoryLimit:
+	case c.CacheSize > c.MemoryLimit:
 		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
 	case c.StreamIdle < 0:
 		return fmt.Errorf("--stream-idle %s: not negative", c.StreamIdle)

@@ -398,8 +398,10 @@ func TestPrefetchShortOfMemoryReportsWhereItStopped(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	held = held[:0]
-	for range 64 - 2 { // idle cached blocks are evicted for these
-		b, err := f.blocks.NewBlock(context.Background(), false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 64 - 2 { // readers' blocks: the blocks fetched ahead above make room
+		b, err := f.blocks.NewBlock(ctx, true)
 		if err != nil {
 			t.Fatal(err)
 		}

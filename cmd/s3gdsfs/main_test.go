@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 var binary string
@@ -155,6 +158,23 @@ func TestStreamFlagForms(t *testing.T) {
 		if on := !cfg.Core.NoStream; on != c.want || cfg.Core.StreamMinRate != c.rate {
 			t.Errorf("%s %v: streams %v, min rate %d; want %v, %d", c.endpoint, c.args, on, cfg.Core.StreamMinRate, c.want, c.rate)
 		}
+	}
+}
+
+// A flag's 0 means none, not the core's default: --cache-size 0 is no
+// cache, --retries 0 no retry, --stream-min-rate 0 never slow.
+func TestZeroFlagsMeanNone(t *testing.T) {
+	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--cache-size", "0", "--retries", "0", "--stream-min-rate", "0")
+	if cfg.Core.CacheSize != -1 || cfg.Core.Retries != -1 || cfg.Core.StreamMinRate != -1 || cfg.GPU.Engine.Retries != -1 {
+		t.Fatalf("cache %d, retries %d, stream min rate %d, GPU retries %d: want -1 (none) each",
+			cfg.Core.CacheSize, cfg.Core.Retries, cfg.Core.StreamMinRate, cfg.GPU.Engine.Retries)
+	}
+	core, err := vfs.New(nil, cfg.Core, metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := core.Config().CacheSize; got != 0 {
+		t.Fatalf("--cache-size 0 gave a cache of %d bytes", got)
 	}
 }
 

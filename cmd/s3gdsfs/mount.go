@@ -288,11 +288,11 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			InitialWindow: int64(mf.initialWindow),
 			MaxWindow:     int64(mf.maxWindow),
 			MemoryLimit:   int64(mf.memoryLimit),
-			CacheSize:     int64(mf.cacheSize),
+			CacheSize:     zeroMeansNone(int64(mf.cacheSize)),
 			ReadTimeout:   mf.readTimeout,
-			Retries:       retriesSetting(mf.retries),
+			Retries:       zeroMeansNone(mf.retries),
 			NoStream:      !mf.stream.on(mf.endpoint),
-			StreamMinRate: streamMinRateSetting(int64(mf.streamMinRate)),
+			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
 			StreamIdle:    mf.streamIdle,
 		},
 		FS: s3fs.Options{
@@ -317,7 +317,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 				RDMAChunk:   int64(mf.rdmaChunk),
 				PartSize:    int64(mf.gpuPart),
 				ReadTimeout: mf.readTimeout,
-				Retries:     retriesSetting(mf.retries),
+				Retries:     zeroMeansNone(mf.retries),
 				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},
 			},
 		},
@@ -326,15 +326,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
 		Log:          log,
 	}, nil
-}
-
-// retriesSetting maps --retries 0 onto the core's "none" (a negative count),
-// since the core reads 0 as "default".
-func retriesSetting(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // on resolves --stream for the endpoint.
@@ -348,9 +339,10 @@ func (f streamFlag) on(endpoint string) bool {
 	return objstore.NearEndpoint(endpoint)
 }
 
-// streamMinRateSetting maps the flag's 0 ("never") to the core's negative
-// value; the core's 0 means its default.
-func streamMinRateSetting(n int64) int64 {
+// zeroMeansNone maps a flag's 0 ("none": no retries, no cache, never
+// judged slow) onto the core's negative value, since the core reads 0 as
+// "the default".
+func zeroMeansNone[T int | int64](n T) T {
 	if n == 0 {
 		return -1
 	}

@@ -95,7 +95,7 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 		return nil, func() {}, nil
 	}
 	end := min(off+int64(n), size)
-	h.plan(off, end)
+	sequential := h.plan(off, end)
 	bs := int64(h.f.cfg.BlockSize)
 	var views [][]byte
 	var held []*cache.Block
@@ -120,6 +120,13 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 		views = append(views, blk.Data[lo:hi])
 		pos += hi - lo
 	}
+	if sequential && end%bs != 0 && end < size {
+		// A sequential reader stopped inside this block (its buffer is not
+		// aligned, or its reads are not): the rest of the block is what it
+		// reads next, so keep it as fetched ahead even if the cache would
+		// drop it now that it has been read.
+		h.f.blocks.PutAhead(cache.BlockKey{Object: h.obj.id, Index: (end - 1) / bs}, held[len(held)-1])
+	}
 	h.f.m.PosixReadBytes.Add(float64(end - off))
 	return views, release, nil
 }
@@ -129,11 +136,12 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 // requests go out once less than half the window is left, so they are
 // large (whole parts) rather than one block at a time. A reader that starts
 // at the beginning of the object is fed by one whole-object stream instead,
-// for as long as that stream serves it well.
-func (h *Handle) plan(off, end int64) {
+// for as long as that stream serves it well. It reports whether the read
+// was sequential.
+func (h *Handle) plan(off, end int64) (sequential bool) {
 	bs := int64(h.f.cfg.BlockSize)
 	h.mu.Lock()
-	sequential := h.isSequential(off)
+	sequential = h.isSequential(off)
 	var from, to int64
 	if sequential {
 		if h.prefetchedTo-end < h.window/2 {
@@ -177,6 +185,7 @@ func (h *Handle) plan(off, end int64) {
 			h.mu.Unlock()
 		}
 	}
+	return sequential
 }
 
 // fetchAhead starts downloads of blocks [from, to): claims for the stream

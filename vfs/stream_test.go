@@ -273,11 +273,17 @@ func readAllTo(t *testing.T, h *Handle, off, end int64, n int) []byte {
 	return got
 }
 
-// Four sequential readers with a cache of one block: what the prefetcher
-// (ranged GETs or a stream) fetched ahead waits for its reader instead of
-// being dropped by the cache limit, so every byte comes from the store once.
+// Four sequential readers with a cache of one block or none, reading in
+// block-sized or unaligned pieces: what the prefetcher (ranged GETs or a
+// stream) fetched ahead waits for its reader instead of being dropped by
+// the cache limit, and a block a reader has half read stays for the rest of
+// it, so every byte comes from the store once.
 func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
-	for _, noStream := range []bool{false, true} {
+	for _, c := range []struct {
+		noStream  bool
+		cacheSize int64
+		readSize  int
+	}{{false, 4096, 4096}, {true, 4096, 4096}, {false, -1, 3000}, {true, -1, 3000}} {
 		s := newMemStore()
 		var datas [][]byte
 		for i := range 4 {
@@ -286,9 +292,9 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 			s.put("b", "o"+strconv.Itoa(i), d, "e")
 		}
 		cfg := smallConfig()
-		cfg.CacheSize = 4096
+		cfg.CacheSize = c.cacheSize
 		cfg.MemoryLimit = 128 * 4096 // room for every reader's window
-		cfg.NoStream = noStream
+		cfg.NoStream = c.noStream
 		f := newTestFS(t, s, cfg)
 		var wg sync.WaitGroup
 		for i := range 4 {
@@ -298,8 +304,8 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 				defer wg.Done()
 				defer h.Close()
 				var got []byte
-				buf := make([]byte, 4096)
-				for off := int64(0); ; off += 4096 {
+				buf := make([]byte, c.readSize)
+				for off := int64(0); ; {
 					n, err := h.ReadAt(context.Background(), buf, off)
 					if err != nil {
 						t.Errorf("reader %d at %d: %v", i, off, err)
@@ -309,6 +315,7 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 						break
 					}
 					got = append(got, buf[:n]...)
+					off += int64(n)
 				}
 				if !bytes.Equal(got, datas[i]) {
 					t.Errorf("reader %d: bytes differ from the object", i)
@@ -317,7 +324,7 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 		}
 		wg.Wait()
 		if got, want := s.served.Load(), int64(4*120*4096); got != want {
-			t.Errorf("streams off=%v: %d bytes read from the store for %d of objects", noStream, got, want)
+			t.Errorf("%+v: %d bytes read from the store for %d of objects", c, got, want)
 		}
 	}
 }

@@ -39,6 +39,7 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 		return nil, fmt.Errorf("%s: is a directory", e.Path())
 	}
 	f.m.OpenHandles.Inc()
+	f.openHandles.Add(1)
 	return &Handle{f: f, obj: newObject(e), window: f.cfg.InitialWindow}, nil
 }
 
@@ -55,6 +56,7 @@ func (h *Handle) Close() {
 	}
 	h.mu.Unlock()
 	h.f.m.OpenHandles.Dec()
+	h.f.openHandles.Add(-1)
 }
 
 // A read that starts exactly where the last one ended is sequential. Once a
@@ -144,12 +146,13 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 	sequential = h.isSequential(off)
 	var from, to int64
 	if sequential {
+		h.window = min(h.window, h.f.maxWindow()) // more files may be open now
 		if h.prefetchedTo-end < h.window/2 {
 			from = max(h.prefetchedTo, off) / bs
 			target := end + h.window
 			to = min((target+bs-1)/bs, h.f.fetch.blockCount(h.obj))
 			h.prefetchedTo = to * bs
-			h.window = min(h.window*2, h.f.cfg.MaxWindow)
+			h.window = min(h.window*2, h.f.maxWindow())
 			if from == 0 && to < h.f.fetch.blockCount(h.obj) && !h.streamTried && !h.f.cfg.NoStream {
 				h.streamTried = true
 				h.stream = newStream(h.f.fetch, h.obj)
@@ -186,6 +189,17 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 		}
 	}
 	return sequential
+}
+
+// maxWindow is the largest window a handle may grow to now: MaxWindow, or
+// less when that many open files could not all hold theirs within half the
+// block memory (the rest is for cache and readers' own blocks). Without the
+// share, 64 readers with 128 MiB windows want four times the default 2 GiB
+// and those whose prefetch finds no memory read block by block.
+func (f *FS) maxWindow() int64 {
+	share := f.cfg.MemoryLimit / 2 / max(f.openHandles.Load(), 1)
+	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
+	return max(min(f.cfg.MaxWindow, share), f.cfg.InitialWindow)
 }
 
 // fetchAhead starts downloads of blocks [from, to): claims for the stream

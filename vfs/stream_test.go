@@ -328,3 +328,30 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 		}
 	}
 }
+
+// With many files open, each handle's window is held to its share of half
+// the block memory, so every reader's prefetch fits instead of some
+// reading block by block.
+func TestWindowsShareBlockMemory(t *testing.T) {
+	s := newMemStore()
+	s.put("b", "obj", randomBytes(100*4096, 17), "e")
+	f := newTestFS(t, s, smallConfig()) // 64 blocks of memory, windows up to 16
+	var hs []*Handle
+	for range 8 {
+		hs = append(hs, openFile(t, f, "obj"))
+	}
+	readAll(t, hs[0], 0, 4096)
+	if want := int64(64 * 4096 / 2 / 8); hs[0].window > want {
+		t.Fatalf("with 8 files open the window grew to %d bytes, want at most %d", hs[0].window, want)
+	}
+	for _, h := range hs[1:] {
+		h.Close()
+	}
+	h := openFile(t, f, "obj") // two open now: the full window again
+	defer h.Close()
+	defer hs[0].Close()
+	readAll(t, h, 0, 4096)
+	if h.window != f.cfg.MaxWindow {
+		t.Fatalf("with 2 files open the window is %d, want %d", h.window, f.cfg.MaxWindow)
+	}
+}

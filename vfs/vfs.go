@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cache"
@@ -185,6 +186,8 @@ type FS struct {
 	meta   *cache.MetaCache[Entry]
 	blocks *cache.Store
 	fetch  *fetcher
+
+	openHandles atomic.Int64 // for each handle's share of block memory
 
 	skippedMu sync.Mutex
 	skipped   map[string]struct{} // keys already logged, bounded

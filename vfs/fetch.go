@@ -128,30 +128,37 @@ func (fe *fetcher) prefetch(o object, from, to int64) int64 {
 			idx++
 			continue
 		}
-		blks := make([]*cache.Block, 0, run)
-		for range run {
-			b, err := fe.f.blocks.NewBlock(context.Background(), false)
-			if err != nil {
-				break // memory is full: read on demand instead
-			}
-			blks = append(blks, b)
-		}
-		if len(blks) == 0 {
-			return idx
-		}
-		pends := fe.register(o, idx, blks)
+		blks, pends, _ := fe.reserve(o, idx, run)
 		if len(pends) > 0 {
-			go fe.download(o, idx, blks[:len(pends)], pends, nil)
+			go fe.download(o, idx, blks, pends, nil)
 		}
-		for _, b := range blks[len(pends):] {
-			b.Release()
-		}
-		if len(pends) < len(blks) || len(blks) < int(run) {
+		if int64(len(pends)) < run {
 			return idx + int64(len(pends))
 		}
 		idx += run
 	}
 	return to
+}
+
+// reserve takes memory for up to n blocks from idx without waiting (so it
+// never blocks a reader or exceeds the budget) and registers them as
+// downloading, stopping where memory runs out or at the first block that
+// is cached or downloading already (busy). It returns the blocks it took,
+// each with its pending entry, for the caller to fill.
+func (fe *fetcher) reserve(o object, idx, n int64) (blks []*cache.Block, pends []*pending, busy bool) {
+	blks = make([]*cache.Block, 0, n)
+	for range n {
+		b, err := fe.f.blocks.NewBlock(context.Background(), false)
+		if err != nil {
+			break // memory is full: the reader reads on demand, or asks again
+		}
+		blks = append(blks, b)
+	}
+	pends = fe.register(o, idx, blks)
+	for _, b := range blks[len(pends):] {
+		b.Release()
+	}
+	return blks[:len(pends)], pends, len(pends) < len(blks)
 }
 
 // missingRun counts consecutive blocks from idx (below to) that are neither

@@ -148,12 +148,12 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 	if sequential {
 		h.window = min(h.window, h.f.maxWindow()) // more files may be open now
 		if h.prefetchedTo-end < h.window/2 {
+			blocks := h.f.fetch.blockCount(h.obj)
 			from = max(h.prefetchedTo, off) / bs
-			target := end + h.window
-			to = min((target+bs-1)/bs, h.f.fetch.blockCount(h.obj))
+			to = min((end+h.window+bs-1)/bs, blocks)
 			h.prefetchedTo = to * bs
 			h.window = min(h.window*2, h.f.maxWindow())
-			if from == 0 && to < h.f.fetch.blockCount(h.obj) && !h.streamTried && !h.f.cfg.NoStream {
+			if from == 0 && to < blocks && !h.streamTried && !h.f.cfg.NoStream {
 				h.streamTried = true
 				h.stream = newStream(h.f.fetch, h.obj)
 			}

@@ -47,7 +47,7 @@ type claim struct {
 	p   *pending
 }
 
-// Why a stream ended: the values of s3gdsfs_read_streams_total's label.
+// Why a stream ended: the values of s3gdsfs_read_stream_ends_total's label.
 const (
 	streamDone      = "done"      // the reader reached the end, closed or went elsewhere
 	streamOvertaken = "overtaken" // the next block was another reader's
@@ -77,30 +77,16 @@ func (s *stream) extend(to int64) (reached int64, open bool) {
 	to = min(to, fe.blockCount(s.o))
 	for s.next < to && !s.closing {
 		want := min(to-s.next, partBlocks)
-		blks := make([]*cache.Block, 0, want)
-		for range want {
-			b, err := fe.f.blocks.NewBlock(context.Background(), false)
-			if err != nil {
-				break
-			}
-			blks = append(blks, b)
-		}
-		if len(blks) == 0 {
-			break // memory is full: the reader asks again later
-		}
-		pends := fe.register(s.o, s.next, blks)
+		blks, pends, busy := fe.reserve(s.o, s.next, want)
 		for i, p := range pends {
 			s.queue = append(s.queue, claim{idx: s.next + int64(i), blk: blks[i], p: p})
 		}
-		for _, b := range blks[len(pends):] {
-			b.Release()
-		}
 		s.next += int64(len(pends))
-		if len(pends) < len(blks) {
+		if busy {
 			s.close(streamOvertaken)
 		}
-		if len(blks) < int(want) {
-			break
+		if int64(len(pends)) < want {
+			break // memory is full (the reader asks again later), or overtaken
 		}
 	}
 	if s.next == fe.blockCount(s.o) {
@@ -235,8 +221,7 @@ func (s *stream) requeue(c claim) {
 // one per part as the prefetcher sends them.
 func (s *stream) stop(why string, err error) {
 	s.mu.Lock()
-	s.close(why)
-	s.why = why // this reason, not one set while the queue drained
+	s.closing, s.why = true, why // this reason, not one set while the queue drained
 	left := s.queue
 	s.queue = nil
 	s.mu.Unlock()

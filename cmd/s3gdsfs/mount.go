@@ -228,9 +228,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
-	if mf.streamMinRate < 0 {
-		return daemon.Config{}, usagef("--stream-min-rate %s: must be 0 or more", mf.streamMinRate.String())
-	}
 	if mf.streamIdle <= 0 {
 		return daemon.Config{}, usagef("--stream-idle %s: must be above 0", mf.streamIdle)
 	}

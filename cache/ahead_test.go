@@ -6,21 +6,12 @@ import (
 	"time"
 )
 
-// putAhead makes a block of v and hands it to the store as fetched ahead,
-// keeping no reference.
+// putAhead hands the store a block of v as fetched ahead, keeping no
+// reference (cacheFilled does the same for a read block).
 func putAhead(t *testing.T, s *Store, key BlockKey, v byte) {
 	t.Helper()
-	b := mustNewBlock(t, s)
-	fill(b, v)
+	b := newFilled(t, s, v)
 	s.PutAhead(key, b)
-	b.Release()
-}
-
-func putRead(t *testing.T, s *Store, key BlockKey, v byte) {
-	t.Helper()
-	b := mustNewBlock(t, s)
-	fill(b, v)
-	s.Put(key, b)
 	b.Release()
 }
 
@@ -33,7 +24,7 @@ func TestBlocksFetchedAheadOutliveTheCacheLimit(t *testing.T) {
 			putAhead(t, s, BlockKey{"ahead", int64(i)}, byte(i))
 		}
 		for i := range 4 {
-			putRead(t, s, BlockKey{"read", int64(i)}, 0xEE)
+			cacheFilled(t, s, BlockKey{"read", int64(i)}, 0xEE)
 		}
 		for i := range 4 {
 			b := s.Get(BlockKey{"ahead", int64(i)})
@@ -60,8 +51,8 @@ func TestNewBlockEvictsBlocksFetchedAheadLast(t *testing.T) {
 	s := newTestStore(t, 4, 4)
 	putAhead(t, s, BlockKey{"a", 0}, 1)
 	putAhead(t, s, BlockKey{"a", 1}, 2)
-	putRead(t, s, BlockKey{"r", 0}, 3)
-	putRead(t, s, BlockKey{"r", 1}, 4)
+	cacheFilled(t, s, BlockKey{"r", 0}, 3)
+	cacheFilled(t, s, BlockKey{"r", 1}, 4)
 	held := s.Get(BlockKey{"r", 1}) // in use: never evicted
 	defer held.Release()
 
@@ -105,7 +96,7 @@ func TestRemoveAndPutReachBlocksFetchedAhead(t *testing.T) {
 	if s.Contains(BlockKey{"x", 0}) || !s.Contains(BlockKey{"y", 0}) {
 		t.Fatal("Remove should drop exactly the changed object's blocks fetched ahead")
 	}
-	putRead(t, s, BlockKey{"y", 0}, 9)
+	cacheFilled(t, s, BlockKey{"y", 0}, 9)
 	b := s.Get(BlockKey{"y", 0})
 	if b == nil || !allBytes(b, 9) {
 		t.Fatalf("Put should replace a block fetched ahead under the same key: %v", b)

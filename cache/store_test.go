@@ -63,11 +63,18 @@ func sameBuffer(a, b *Block) bool {
 	return &a.Data[:1][0] == &b.Data[:1][0]
 }
 
-// cacheFilled caches a block of v under key and drops the caller's reference.
-func cacheFilled(t *testing.T, s *Store, key BlockKey, v byte) {
+// newFilled is a new block full of v.
+func newFilled(t *testing.T, s *Store, v byte) *Block {
 	t.Helper()
 	b := mustNewBlock(t, s)
 	fill(b, v)
+	return b
+}
+
+// cacheFilled caches a block of v under key and drops the caller's reference.
+func cacheFilled(t *testing.T, s *Store, key BlockKey, v byte) {
+	t.Helper()
+	b := newFilled(t, s, v)
 	s.Put(key, b)
 	b.Release()
 }

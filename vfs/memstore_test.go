@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -151,4 +152,17 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	k, err := c.r.Read(p)
 	c.n.Add(int64(k))
 	return k, err
+}
+
+// parseGet reads back a GET log entry, "key@off+n".
+func parseGet(t *testing.T, g string) (off, n int64) {
+	t.Helper()
+	_, rng, _ := strings.Cut(g, "@")
+	at, length, _ := strings.Cut(rng, "+")
+	off, err1 := strconv.ParseInt(at, 10, 64)
+	n, err2 := strconv.ParseInt(length, 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("GET log entry %q", g)
+	}
+	return off, n
 }

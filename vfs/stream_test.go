@@ -3,6 +3,8 @@ package vfs
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,22 +33,34 @@ func streamEnds(t *testing.T, f *FS, n int, why string) float64 {
 	}
 }
 
-// readAll reads h sequentially from off in chunks of n bytes.
-func readAll(t *testing.T, h *Handle, off int64, n int) []byte {
-	t.Helper()
-	var got bytes.Buffer
+// readRange reads h sequentially over [off, end) (or to the end of the
+// object, whichever comes first) in chunks of n bytes; it does not call
+// t.Fatal, so readers in goroutines can use it.
+func readRange(h *Handle, off, end int64, n int) ([]byte, error) {
+	var got []byte
 	buf := make([]byte, n)
-	for {
-		m, err := h.ReadAt(context.Background(), buf, off)
+	for off < end {
+		m, err := h.ReadAt(context.Background(), buf[:min(int64(n), end-off)], off)
 		if err != nil {
-			t.Fatalf("read at %d: %v", off, err)
+			return got, fmt.Errorf("read at %d: %w", off, err)
 		}
 		if m == 0 {
-			return got.Bytes()
+			break
 		}
-		got.Write(buf[:m])
+		got = append(got, buf[:m]...)
 		off += int64(m)
 	}
+	return got, nil
+}
+
+// readAll reads h sequentially from off to the end in chunks of n bytes.
+func readAll(t *testing.T, h *Handle, off int64, n int) []byte {
+	t.Helper()
+	got, err := readRange(h, off, math.MaxInt64, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 func (m *memStore) getLog() []string {
@@ -60,12 +74,8 @@ func fetchedBytes(t *testing.T, gets []string) int64 {
 	t.Helper()
 	var sum int64
 	for _, g := range gets {
-		_, n, _ := strings.Cut(g, "+")
-		v, err := strconv.ParseInt(n, 10, 64)
-		if err != nil {
-			t.Fatalf("GET log entry %q", g)
-		}
-		sum += v
+		_, n := parseGet(t, g)
+		sum += n
 	}
 	return sum
 }
@@ -238,7 +248,10 @@ func TestSecondReaderSharesTheStreamAndOvertakesIt(t *testing.T) {
 	f := newTestFS(t, s, smallConfig())
 	a := openFile(t, f, "obj")
 	defer a.Close()
-	half := readAllTo(t, a, 0, 12*4096, 4096)
+	half, err := readRange(a, 0, 12*4096, 4096)
+	if err != nil || len(half) != 12*4096 {
+		t.Fatalf("first reader's first half: %d bytes, %v", len(half), err)
+	}
 	b := openFile(t, f, "obj")
 	if got := readAll(t, b, 0, 4096); !bytes.Equal(got, data) {
 		t.Fatal("second reader's bytes differ from the object")
@@ -255,22 +268,6 @@ func TestSecondReaderSharesTheStreamAndOvertakesIt(t *testing.T) {
 	if n := streamEnds(t, f, 1, streamOvertaken); n != 1 {
 		t.Fatalf("first reader's stream did not end as overtaken (GETs %v)", gets)
 	}
-}
-
-// readAllTo reads h sequentially over [off, end) in chunks of n bytes.
-func readAllTo(t *testing.T, h *Handle, off, end int64, n int) []byte {
-	t.Helper()
-	var got []byte
-	buf := make([]byte, n)
-	for off < end {
-		m, err := h.ReadAt(context.Background(), buf[:min(int64(n), end-off)], off)
-		if err != nil || m == 0 {
-			t.Fatalf("read at %d: %d, %v", off, m, err)
-		}
-		got = append(got, buf[:m]...)
-		off += int64(m)
-	}
-	return got
 }
 
 // Four sequential readers with a cache of one block or none, reading in
@@ -303,19 +300,10 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer h.Close()
-				var got []byte
-				buf := make([]byte, c.readSize)
-				for off := int64(0); ; {
-					n, err := h.ReadAt(context.Background(), buf, off)
-					if err != nil {
-						t.Errorf("reader %d at %d: %v", i, off, err)
-						return
-					}
-					if n == 0 {
-						break
-					}
-					got = append(got, buf[:n]...)
-					off += int64(n)
+				got, err := readRange(h, 0, math.MaxInt64, c.readSize)
+				if err != nil {
+					t.Errorf("reader %d: %v", i, err)
+					return
 				}
 				if !bytes.Equal(got, datas[i]) {
 					t.Errorf("reader %d: bytes differ from the object", i)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -219,21 +218,8 @@ func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
 	cfg.NoStream = true // ranged GETs: stream_test.go covers streams
 	f := newTestFS(t, s, cfg)
 	h := openFile(t, f, "obj")
-	var got bytes.Buffer
-	buf := make([]byte, 3000) // not aligned to blocks
-	for off := int64(0); ; {
-		n, err := h.ReadAt(context.Background(), buf, off)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		got.Write(buf[:n])
-		off += int64(n)
-	}
-	if !bytes.Equal(got.Bytes(), data) {
-		t.Fatalf("sequential read differs from the object (%d vs %d bytes)", got.Len(), len(data))
+	if got := readAll(t, h, 0, 3000); !bytes.Equal(got, data) { // reads not aligned to blocks
+		t.Fatalf("sequential read differs from the object (%d vs %d bytes)", len(got), len(data))
 	}
 	if h.window != f.cfg.MaxWindow {
 		t.Fatalf("window = %d after a long sequential read, want the cap %d", h.window, f.cfg.MaxWindow)
@@ -280,10 +266,7 @@ func TestRandomReadsFetchOnlyTheirBlocksInOneGET(t *testing.T) {
 		}
 		lo, hi := off/4096*4096, (off+int64(n)+4095)/4096*4096
 		for _, g := range s.getLog()[before:] {
-			at, length, _ := strings.Cut(strings.TrimPrefix(g, "obj@"), "+")
-			a, _ := strconv.ParseInt(at, 10, 64)
-			l, _ := strconv.ParseInt(length, 10, 64)
-			if a < lo || a+l > hi {
+			if a, l := parseGet(t, g); a < lo || a+l > hi {
 				t.Fatalf("random read %d@%d fetched %s, outside its blocks [%d, %d)", n, off, g, lo, hi)
 			}
 		}

@@ -146,17 +146,28 @@ func (s *Store) NewBlock(ctx context.Context, wait bool) (*Block, error) {
 
 // Get returns the cached block with one reference for the caller, or nil.
 // Counts a hit or a miss.
-func (s *Store) Get(key BlockKey) *Block {
+func (s *Store) Get(key BlockKey) *Block { return s.get(key, true) }
+
+// Acquire is Get for the daemon's own use of a block (writing it into the
+// kernel's page cache for its reader): it counts neither hit nor miss. A
+// block fetched ahead becomes ordinary cache, as after a reader's Get.
+func (s *Store) Acquire(key BlockKey) *Block { return s.get(key, false) }
+
+func (s *Store) get(key BlockKey, count bool) *Block {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.lru.Get(key)
 	if !ok {
 		if b, ok = s.ahead.Peek(key); !ok {
-			s.misses++
+			if count {
+				s.misses++
+			}
 			return nil
 		}
 	}
-	s.hits++
+	if count {
+		s.hits++
+	}
 	// Under s.mu, so eviction cannot drop the cache's reference first.
 	b.Retain()
 	if b.ahead {

@@ -161,7 +161,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
 		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr,
-		"whole_object_streams", !cfg.Core.NoStream)
+		"whole_object_streams", !cfg.Core.NoStream, "push_readers", cfg.FS.PushReaders)
 	return d, nil
 }
 

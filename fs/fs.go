@@ -5,8 +5,10 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +34,12 @@ type Options struct {
 	// DirectIOMinSize is the smallest object DirectIOAuto reads with direct
 	// I/O (0: DefaultDirectIOMinSize).
 	DirectIOMinSize int64
+	// PushReaders is how many opens of objects of at least DirectIOMinSize
+	// may be served at once by pushing into the page cache (vfs.PageSink)
+	// instead of with direct I/O: 0 none, negative every one. Not with
+	// DirectIOAlways. A pushed reader reads faster and costs more CPU
+	// (docs/architecture.md), so a machine has room for a few.
+	PushReaders int
 }
 
 // DirectIO is the page-cache policy of a mount. A read through the page
@@ -74,6 +82,36 @@ func (o Options) directIO(size int64) bool {
 	case DirectIONever:
 		return false
 	}
+	return o.large(size)
+}
+
+// mayPush reports whether an open of an object of size bytes may be served
+// by pushing into the page cache, if a push slot is free (mount.admitPush).
+func (o Options) mayPush(size int64) bool {
+	return o.PushReaders != 0 && o.DirectIO != DirectIOAlways && o.large(size)
+}
+
+// admitPush takes a push slot for a new open, if Options.PushReaders has
+// one free; release gives it back.
+func (m *mount) admitPush() bool {
+	for {
+		n := m.pushing.Load()
+		if m.opts.PushReaders >= 0 && n >= int64(m.opts.PushReaders) {
+			return false
+		}
+		if m.pushing.CompareAndSwap(n, n+1) {
+			m.m.PushReaders.Inc()
+			return true
+		}
+	}
+}
+
+func (m *mount) releasePush() {
+	m.pushing.Add(-1)
+	m.m.PushReaders.Dec()
+}
+
+func (o Options) large(size int64) bool {
 	threshold := o.DirectIOMinSize
 	if threshold <= 0 {
 		threshold = DefaultDirectIOMinSize
@@ -89,6 +127,8 @@ type mount struct {
 	m       *metrics.Set
 	opts    Options
 	started time.Time
+	// pushing counts open files served by pushes into the page cache.
+	pushing atomic.Int64
 }
 
 // MaxRead is the largest read the kernel sends: 1 MiB, the most Linux allows.
@@ -222,19 +262,19 @@ type fileNode struct {
 
 	mu    sync.Mutex
 	entry vfs.Entry
-	// cachedVersion is the version whose bytes the kernel's page cache may
-	// hold for this inode: reopening the same version keeps them.
-	cachedVersion string
-
 	stats fileStats
 }
 
-// forgetCachedVersion makes the next open drop the kernel's cached pages:
-// the object changed.
-func (f *fileNode) forgetCachedVersion() {
-	f.mu.Lock()
-	f.cachedVersion = ""
-	f.mu.Unlock()
+// pageSink writes an open file's bytes into its inode's page cache. An
+// inode is one version of its object (vfs.Entry.Ino), so whatever is pushed
+// is that version's bytes, whoever reads them.
+type pageSink struct{ node *fileNode }
+
+func (s pageSink) Store(off int64, p []byte) error {
+	if e := s.node.WriteCache(off, p); e != 0 {
+		return fmt.Errorf("FUSE_NOTIFY_STORE at %d: %w", off, e)
+	}
+	return nil
 }
 
 var (
@@ -283,24 +323,24 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	var fuseFlags uint32
-	f.mu.Lock()
-	if f.cachedVersion == e.Version.ID() {
-		fuseFlags |= fuse.FOPEN_KEEP_CACHE
-	}
-	if f.mount.opts.directIO(e.Version.Size) {
+	// The inode is this version of the object (a new version is a new
+	// inode), so what the page cache holds for it stays right across opens.
+	fuseFlags := uint32(fuse.FOPEN_KEEP_CACHE)
+	pushing := f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush()
+	if pushing {
+		h.PushTo(pageSink{node: f})
+	} else if f.mount.opts.directIO(e.Version.Size) {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
 	}
-	f.cachedVersion = e.Version.ID()
-	f.mu.Unlock()
-	return &fileHandle{mount: f.mount, node: f, h: h}, fuseFlags, 0
+	return &fileHandle{mount: f.mount, node: f, h: h, pushing: pushing}, fuseFlags, 0
 }
 
 // fileHandle is one open of a file.
 type fileHandle struct {
-	mount *mount
-	node  *fileNode
-	h     *vfs.Handle
+	mount   *mount
+	node    *fileNode
+	h       *vfs.Handle
+	pushing bool // holds a push slot (mount.admitPush)
 }
 
 var (
@@ -318,9 +358,6 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 	if err != nil {
 		en := errno(err)
 		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
-		if en == syscall.ESTALE {
-			fh.node.forgetCachedVersion()
-		}
 		return nil, en
 	}
 	r := blockResult{views: views, release: release}
@@ -362,6 +399,9 @@ func (r blockResult) Done() { r.release() }
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fh.h.Close()
+	if fh.pushing {
+		fh.mount.releasePush()
+	}
 	fh.mount.owners.released(fh)
 	return 0
 }

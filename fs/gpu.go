@@ -67,9 +67,6 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		en := gpuErrno(err)
 		m.core.Logger().Debug("GPU read failed", "bucket", e.Bucket, "key", e.Key, "offset", req.Offset,
 			"length", req.Length, "device", req.Device, "pid", caller.Pid, "errno", en.Error(), "err", err)
-		if en == syscall.ESTALE {
-			fh.node.forgetCachedVersion()
-		}
 		return 0, m.gpuFail(en)
 	}
 	fh.node.stats.gpu(res)

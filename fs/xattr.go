@@ -86,7 +86,10 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			// Whether opens of this version bypass the page cache
 			// (the --direct-io policy).
 			"direct_io": f.mount.opts.directIO(e.Version.Size),
-			"counters":  f.stats.snapshot(),
+			// Whether an open may instead be fed by pushes into the page
+			// cache, when a push slot is free (--push-ahead).
+			"push_ahead": f.mount.opts.mayPush(e.Version.Size),
+			"counters":   f.stats.snapshot(),
 		})
 		return putXattr(dest, b)
 	}

@@ -53,6 +53,11 @@ type Set struct {
 	// ReadStreamEnds says why each ended.
 	ReadStreams    prometheus.Counter
 	ReadStreamEnds *prometheus.CounterVec // end
+	// PushBytes counts bytes written into the kernel's page cache ahead of
+	// readers (--push-ahead); PushFailures says why pushing stopped early.
+	PushBytes    prometheus.Counter
+	PushFailures *prometheus.CounterVec // errno
+	PushReaders  prometheus.Gauge
 
 	importsOpen atomic.Pointer[func() float64]
 }
@@ -134,6 +139,15 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.ReadStreamEnds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_read_stream_ends_total", Help: "Whole-object streams ended, by why (done, overtaken, idle, slow, error); after slow or error ranged GETs take over.",
 	}, []string{"end"})
+	s.PushBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_push_bytes_total", Help: "Bytes written into the kernel page cache ahead of readers (--push-ahead); readers read them without a FUSE request.",
+	})
+	s.PushReaders = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "s3gdsfs_push_readers", Help: "Open files fed by pushes into the kernel page cache (at most --push-readers).",
+	})
+	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
+	}, []string{"errno"})
 	s.GPUReadBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_bytes_total", Help: "Bytes delivered into device memory by GPU reads, by transport (rdma, http).",
 	}, []string{"transport"})
@@ -189,7 +203,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
-		s.ReadStreams, s.ReadStreamEnds,
+		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

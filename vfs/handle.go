@@ -30,6 +30,9 @@ type Handle struct {
 	stream *stream
 	// streamTried: a handle sends at most one whole-object GET.
 	streamTried bool
+	// push writes what is fetched ahead into the kernel's page cache
+	// (push.go); nil unless PushTo was called.
+	push *pusher
 }
 
 // Open pins the entry's version: every byte read through the handle comes
@@ -55,14 +58,18 @@ func (h *Handle) Close() {
 		h.stream = nil
 	}
 	h.mu.Unlock()
+	if h.push != nil {
+		h.push.close()
+	}
 	h.f.m.OpenHandles.Dec()
 	h.f.openHandles.Add(-1)
 }
 
 // A read that starts exactly where the last one ended is sequential. Once a
 // reader is sequential, reads a little behind or ahead still count: the
-// kernel's readahead and parallel FUSE reads arrive slightly out of order.
-// The tolerances are one block back and two parts forward.
+// kernel's readahead and parallel FUSE reads arrive out of order (up to a
+// few MiB behind with page-cache readahead in flight). The tolerances are
+// one part back and two parts forward.
 func (h *Handle) isSequential(off int64) bool {
 	if off == h.nextOff {
 		return true
@@ -70,7 +77,7 @@ func (h *Handle) isSequential(off int64) bool {
 	if !h.streak {
 		return false
 	}
-	return off >= h.nextOff-int64(h.f.cfg.BlockSize) && off <= h.nextOff+2*h.f.cfg.PartSize
+	return off >= h.nextOff-h.f.cfg.PartSize && off <= h.nextOff+2*h.f.cfg.PartSize
 }
 
 // ReadAt fills p from off. It returns fewer bytes only at the end of the
@@ -122,11 +129,12 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 		views = append(views, blk.Data[lo:hi])
 		pos += hi - lo
 	}
-	if sequential && end%bs != 0 && end < size {
+	if sequential && end%bs != 0 && end < size && (h.push == nil || !h.push.isPushed((end-1)/bs)) {
 		// A sequential reader stopped inside this block (its buffer is not
 		// aligned, or its reads are not): the rest of the block is what it
 		// reads next, so keep it as fetched ahead even if the cache would
-		// drop it now that it has been read.
+		// drop it now that it has been read. Not if the rest is in the
+		// page cache already (pushed).
 		h.f.blocks.PutAhead(cache.BlockKey{Object: h.obj.id, Index: (end - 1) / bs}, held[len(held)-1])
 	}
 	h.f.m.PosixReadBytes.Add(float64(end - off))
@@ -177,8 +185,9 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 	h.streak = sequential
 	s := h.stream
 	h.mu.Unlock()
+	reached := from
 	if to > from {
-		if reached := h.fetchAhead(s, from, to); reached < to {
+		if reached = h.fetchAhead(s, from, to); reached < to {
 			// What was not started is not coming: let the next read ask
 			// again rather than fetch those blocks one at a time.
 			h.mu.Lock()
@@ -186,6 +195,14 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 				h.prefetchedTo = reached * bs
 			}
 			h.mu.Unlock()
+		}
+	}
+	if h.push != nil {
+		h.push.drop(!sequential, off)
+		if sequential {
+			// Beyond the block this read ends in: the kernel has asked
+			// for the blocks up to there itself.
+			h.push.add(max(from, (end-1)/bs+1), reached)
 		}
 	}
 	return sequential

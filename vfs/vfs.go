@@ -6,6 +6,7 @@ package vfs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -56,6 +57,11 @@ type Config struct {
 	StreamMinRate int64
 	// StreamIdle closes a stream that has had nothing to read for this long.
 	StreamIdle time.Duration
+
+	// PushWorkers bounds the blocks written into the kernel's page cache
+	// at once, across handles (push.go); 0 means DefaultPushWorkers. Only
+	// handles given a PageSink push.
+	PushWorkers int
 }
 
 // Defaults chosen for training datasets: objects are written once and read
@@ -121,6 +127,9 @@ func (c *Config) applyDefaults() error {
 	if c.StreamIdle == 0 {
 		c.StreamIdle = DefaultStreamIdle
 	}
+	if c.PushWorkers == 0 {
+		c.PushWorkers = DefaultPushWorkers()
+	}
 	bs := int64(c.BlockSize)
 	switch {
 	case c.BlockSize < 4096:
@@ -137,6 +146,8 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
 	case c.StreamIdle < 0:
 		return fmt.Errorf("--stream-idle %s: not negative", c.StreamIdle)
+	case c.PushWorkers < 0:
+		return fmt.Errorf("--push-workers %d: at least 1", c.PushWorkers)
 	case c.Prefix != "" && c.Bucket == "":
 		return errors.New("--bucket: a prefix needs a bucket name before it")
 	}
@@ -161,8 +172,14 @@ type Entry struct {
 // Path is the entry's place in the store, used as a cache key.
 func (e Entry) Path() string { return e.Bucket + "/" + strings.TrimSuffix(e.Key, "/") }
 
-// Ino is a stable inode number derived from the path, so the kernel sees the
-// same number for the same name across lookups and remounts.
+// Ino is a stable inode number derived from the path and, for a file, the
+// object's version, so the kernel sees the same number for the same name
+// across lookups and remounts, and a new inode when the object changes: the
+// kernel caches pages per inode, and an inode whose bytes could change
+// would let a reader of one version find pages another version's reader
+// left (both open at once). Without an ETag the version is the size and
+// the modification time in seconds (a listing and a HEAD give it at
+// different precisions).
 func (e Entry) Ino() uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(e.Bucket))
@@ -170,6 +187,14 @@ func (e Entry) Ino() uint64 {
 	h.Write([]byte(e.Key))
 	if e.Dir {
 		h.Write([]byte{'/'})
+	} else {
+		h.Write([]byte{0})
+		if e.Version.ETag != "" {
+			h.Write([]byte(e.Version.ETag))
+		} else {
+			h.Write(binary.LittleEndian.AppendUint64(nil, uint64(e.Version.Size)))
+			h.Write(binary.LittleEndian.AppendUint64(nil, uint64(e.Version.LastModified.Unix())))
+		}
 	}
 	if n := h.Sum64(); n > 1 {
 		return n
@@ -186,6 +211,8 @@ type FS struct {
 	meta   *cache.MetaCache[Entry]
 	blocks *cache.Store
 	fetch  *fetcher
+	// pushSlots bounds page-cache pushes in progress (Config.PushWorkers).
+	pushSlots chan struct{}
 
 	openHandles atomic.Int64 // for each handle's share of block memory
 
@@ -212,6 +239,7 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		skipped: make(map[string]struct{}),
 	}
 	f.fetch = newFetcher(f)
+	f.pushSlots = make(chan struct{}, cfg.PushWorkers)
 	m.MemoryLimit.Set(float64(cfg.MemoryLimit))
 	return f, nil
 }

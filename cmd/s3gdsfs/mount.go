@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -36,7 +37,8 @@ type mountFlags struct {
 	metaTTL, negativeTTL               time.Duration
 	connectTimeout, readTimeout        time.Duration
 	retries                            int
-	stream                             streamFlag
+	stream                             policyFlag
+	pushReaders, pushWorkers           int
 	streamMinRate                      sizeFlag
 	streamIdle                         time.Duration
 	metricsAddr                        string
@@ -87,6 +89,8 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	mf.streamMinRate = vfs.DefaultStreamMinRate
 	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
 	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
+	fs.IntVar(&mf.pushReaders, "push-readers", defaultPushReaders(), "how many opens of objects of at least --direct-io-min-size may be fed at once by writing what is fetched ahead into the kernel page cache (faster for the reader, more CPU), instead of direct I/O; 0: none (default: one per 16 CPUs)")
+	fs.IntVar(&mf.pushWorkers, "push-workers", vfs.DefaultPushWorkers(), "blocks written into the page cache at once, across files (--push-readers)")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
 	fs.StringVar(&mf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
@@ -228,6 +232,12 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
+	if mf.pushWorkers < 1 {
+		return daemon.Config{}, usagef("--push-workers %d: at least 1", mf.pushWorkers)
+	}
+	if mf.pushReaders < 0 {
+		return daemon.Config{}, usagef("--push-readers %d: 0 or more", mf.pushReaders)
+	}
 	if mf.streamIdle <= 0 {
 		return daemon.Config{}, usagef("--stream-idle %s: must be above 0", mf.streamIdle)
 	}
@@ -288,9 +298,10 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			CacheSize:     zeroMeansNone(int64(mf.cacheSize)),
 			ReadTimeout:   mf.readTimeout,
 			Retries:       zeroMeansNone(mf.retries),
-			NoStream:      !mf.stream.on(mf.endpoint),
+			NoStream:      !mf.stream.on(func() bool { return objstore.NearEndpoint(mf.endpoint) }),
 			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
 			StreamIdle:    mf.streamIdle,
+			PushWorkers:   mf.pushWorkers,
 		},
 		FS: s3fs.Options{
 			UID: uint32(mf.uid), GID: uint32(mf.gid),
@@ -300,6 +311,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Debug:           mf.debugFUSE,
 			DirectIO:        s3fs.DirectIO(mf.directIO),
 			DirectIOMinSize: int64(mf.directIOMinSize),
+			PushReaders:     mf.pushReaders,
 		},
 		GPU: daemon.GPUConfig{
 			Mode:           mf.gpu,
@@ -325,16 +337,13 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	}, nil
 }
 
-// on resolves --stream for the endpoint.
-func (f streamFlag) on(endpoint string) bool {
-	switch f {
-	case "always":
-		return true
-	case "never":
-		return false
-	}
-	return objstore.NearEndpoint(endpoint)
-}
+// defaultPushReaders is one reader fed by pushes per 16 CPUs. A pushed
+// reader costs about 2 CPU seconds per GB across the reader, the daemon and
+// a local server (one copy more than direct I/O, and ranged GETs) and
+// reads faster: on 16 cores one reader went from 2.8 to 3.9 GB/s, while
+// four pushed readers saturated the CPUs and fell from 10.2 to 6.2
+// (docs/benchmarks.md). With fewer than 16 CPUs, none.
+func defaultPushReaders() int { return runtime.NumCPU() / 16 }
 
 // zeroMeansNone maps a flag's 0 ("none": no retries, no cache, never
 // judged slow) onto the core's negative value, since the core reads 0 as

@@ -4,6 +4,7 @@ package cufile
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/ebitengine/purego"
 )
@@ -11,9 +12,14 @@ import (
 // openDriver dlopens the driver and binds every function this package uses;
 // nothing is called yet.
 func openDriver(library string) (*driver, error) {
+	// dlerror's message belongs to the thread that failed: without the
+	// lock the goroutine can move between dlopen and dlerror and read an
+	// empty one (seen under -race).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	lib, err := purego.Dlopen(library, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoDriver, err)
+		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoDriver, library, err)
 	}
 	d := &driver{}
 	for _, s := range d.symbols() {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -90,6 +91,9 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream=sometimes", mp}, "stream"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream-idle", "0s", mp}, "--stream-idle"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream-min-rate", "fast", mp}, "stream-min-rate"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--push-readers", "-1", mp}, "--push-readers"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--push-workers", "0", mp}, "--push-workers"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "push_readers=many", mp}, "push_readers"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
@@ -317,5 +321,19 @@ func TestDemoRunsEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(r.stdout+r.stderr, demoSecret) {
 		t.Error("the demo printed its secret key")
+	}
+}
+
+// --push-readers defaults to one per 16 CPUs (none on smaller machines) and
+// takes fstab's spelling; --push-workers reaches the core.
+func TestPushFlags(t *testing.T) {
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1"); cfg.FS.PushReaders != runtime.NumCPU()/16 || cfg.Core.PushWorkers != vfs.DefaultPushWorkers() {
+		t.Errorf("defaults: push readers %d, workers %d; want %d, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers, runtime.NumCPU()/16, vfs.DefaultPushWorkers())
+	}
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "-o", "push_readers=3,push_workers=5"); cfg.FS.PushReaders != 3 || cfg.Core.PushWorkers != 5 {
+		t.Errorf("-o push_readers=3,push_workers=5: got %d, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers)
+	}
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--push-readers", "0"); cfg.FS.PushReaders != 0 {
+		t.Errorf("--push-readers 0: got %d", cfg.FS.PushReaders)
 	}
 }

@@ -10,10 +10,15 @@ SECS=${SECS:-5}
 PROCS=${PROCS:-1,2,4,8}
 SIZE=${SIZE:-$((64 << 20))}
 mkdir -p "$OUT/raw"
-go build -o bin/s3gdsfs ./cmd/s3gdsfs
-go build -o bin/s3load ./bench/s3load
+# BINDIR: prebuilt s3gdsfs and s3load (scripts/gpu/run_posix_scaling.sh on a
+# machine without Go); otherwise they are built into bin/.
+if [ -z "${BINDIR:-}" ]; then
+  go build -o bin/s3gdsfs ./cmd/s3gdsfs
+  go build -o bin/s3load ./bench/s3load
+  BINDIR=bin
+  VERSITYGW=${VERSITYGW:-$(go env GOPATH)/bin/versitygw}
+fi
 export AWS_ACCESS_KEY_ID=scaling AWS_SECRET_ACCESS_KEY=scaling-secret-$RANDOM$RANDOM AWS_REGION=us-east-1
-VERSITYGW=${VERSITYGW:-$(go env GOPATH)/bin/versitygw}
 ROOT=$(mktemp -d /dev/shm/s3gdsfs-scaling-XXXX)
 MP=$(mktemp -d)
 PORT=$((20000 + RANDOM % 20000))
@@ -32,12 +37,12 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
 
-bin/s3load put --endpoint $EP --bucket bench --prefix obj- --count 16 --size "$SIZE" --seed 7 > "$OUT/objects.json"
+"$BINDIR/s3load" put --endpoint $EP --bucket bench --prefix obj- --count 16 --size "$SIZE" --seed 7 > "$OUT/objects.json"
 KEYS=$(python3 -c 'import json,sys; print(",".join(o["key"] for o in json.load(open(sys.argv[1]))["objects"]))' "$OUT/objects.json")
 for n in ${PROCS//,/ }; do
-  bin/s3load get --endpoint $EP --bucket bench --keys "$KEYS" --workers $((n * 8)) --seconds "$SECS" > "$OUT/raw/raw_big_$((n * 8)).json"
+  "$BINDIR/s3load" get --endpoint $EP --bucket bench --keys "$KEYS" --workers $((n * 8)) --seconds "$SECS" > "$OUT/raw/raw_big_$((n * 8)).json"
 done
-bin/s3gdsfs mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:0 --gpu off --cache-size 0 "$MP" > "$OUT/s3gdsfs.log" 2>&1 &
+"$BINDIR/s3gdsfs" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:0 --gpu off --cache-size 0 ${MOUNT_FLAGS:-} "$MP" > "$OUT/s3gdsfs.log" 2>&1 &
 DAEMON=$!
 for _ in $(seq 100); do mountpoint -q "$MP" && break; sleep 0.1; done
 python3 scripts/scaling.py --path posix --mount "$MP" --manifest "$OUT/objects.json" --procs "$PROCS" \

@@ -254,6 +254,19 @@ func (s *Store) cache(key BlockKey, b *Block) {
 // Remove drops every cached block whose Object equals object (an object that
 // changed on the server). Readers holding such blocks keep them until they
 // release them.
+// Drop takes b out of the cache if it is cached under key, so that its
+// memory is reused as soon as the last reference goes: for a block whose
+// bytes now live elsewhere (pushed into the kernel's page cache, where
+// every reader of that version finds them), which would otherwise push
+// other files' blocks out of the cache.
+func (s *Store) Drop(key BlockKey, b *Block) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.cached && b.cachedAs == key {
+		s.uncache(key, b)
+	}
+}
+
 func (s *Store) Remove(object string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

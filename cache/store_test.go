@@ -629,3 +629,45 @@ func TestContainsNeitherCountsNorRefreshes(t *testing.T) {
 		t.Fatal("Contains refreshed a/0, so a/1 was evicted in its place")
 	}
 }
+
+// Drop takes a block out of the cache (or out of the blocks kept ahead)
+// only where it is cached under that key; its memory comes back once the
+// last holder lets go, and the next NewBlock reuses that buffer.
+func TestDropFreesTheBlockOnceReleased(t *testing.T) {
+	s := newTestStore(t, 8, 8)
+	cached := newFilled(t, s, 1)
+	s.Put(key("a", 0), cached)
+	ahead := newFilled(t, s, 2)
+	s.PutAhead(key("a", 1), ahead)
+
+	s.Drop(key("a", 9), cached) // not cached under that key: nothing happens
+	if b := s.Get(key("a", 0)); b == nil {
+		t.Fatal("Drop under another key removed the block")
+	} else {
+		b.Release()
+	}
+	dropped := map[*byte]bool{&cached.Data[0]: true, &ahead.Data[0]: true}
+	s.Drop(key("a", 0), cached)
+	s.Drop(key("a", 1), ahead)
+	for _, k := range []BlockKey{key("a", 0), key("a", 1)} {
+		if b := s.Get(k); b != nil {
+			t.Fatalf("%v still cached after Drop", k)
+		}
+	}
+	if used := s.Budget().Used(); used != 2*testBlockSize {
+		t.Fatalf("Used() = %d while the holders keep their references, want %d", used, 2*testBlockSize)
+	}
+	if !allBytes(cached, 1) {
+		t.Fatal("a dropped block changed while still held")
+	}
+	cached.Release()
+	ahead.Release()
+	if used := s.Budget().Used(); used != 0 {
+		t.Fatalf("Used() = %d after the holders let go, want 0", used)
+	}
+	next := mustNewBlock(t, s)
+	defer next.Release()
+	if !dropped[&next.Data[:1][0]] {
+		t.Fatal("NewBlock did not reuse a dropped buffer")
+	}
+}

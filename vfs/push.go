@@ -61,8 +61,9 @@ type pusher struct {
 // PushTo makes the handle write blocks it fetches ahead of a sequential
 // reader into sink. Call it once, before the first read. A pushing handle
 // fetches with parallel ranged GETs, never a whole-object stream: one
-// stream is read by one goroutine (about 2.9 GB/s on the 16-core machine),
-// slower than a reader copying from the page cache.
+// stream is read by one goroutine at about the rate of a direct-I/O reader
+// (2.6-2.9 GB/s against 3.9 with ranges on the 16-core machine), so the
+// pushes never got ahead of the reader.
 func (h *Handle) PushTo(sink PageSink) {
 	ctx, stop := context.WithCancel(context.Background())
 	h.push = &pusher{h: h, sink: sink, ctx: ctx, stop: stop, pushed: make(map[int64]bool)}
@@ -188,9 +189,15 @@ func (p *pusher) pushBlock(idx int64) error {
 	p.mu.Lock()
 	p.pushed[idx] = true
 	p.mu.Unlock()
+	key := cache.BlockKey{Object: p.h.obj.id, Index: idx}
 	if skip > 0 {
 		// The reader will ask for the tripwire: keep its block for it.
-		f.blocks.PutAhead(cache.BlockKey{Object: p.h.obj.id, Index: idx}, blk)
+		f.blocks.PutAhead(key, blk)
+	} else {
+		// The page cache holds it now (another reader of this version
+		// reads the same pages): free the buffer for the next download
+		// while it is still in the CPU's cache.
+		f.blocks.Drop(key, blk)
 	}
 	return nil
 }

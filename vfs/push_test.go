@@ -124,12 +124,22 @@ func TestPushFeedsTheReaderThroughThePageCache(t *testing.T) {
 	data := randomBytes(200*16<<10+777, 21)
 	s.put("b", "obj", data, "e1")
 	cfg := pushConfig()
+	// Room to cache the whole object, so that only Drop keeps pushed
+	// blocks out of the cache.
+	cfg.MemoryLimit, cfg.CacheSize = 512*int64(cfg.BlockSize), 256*int64(cfg.BlockSize)
 	f := newTestFS(t, s, cfg)
 	h := openFile(t, f, "obj")
 	img := newPageCacheImage(len(data))
 	h.PushTo(img)
 	got, asked := readLikeTheKernel(t, h, img, 64<<10)
 	h.Close()
+	// Pushed blocks leave the daemon's cache (the page cache has them);
+	// what stays is what the reader asked for: the tripwires' blocks and
+	// the first parts.
+	blocks := (int64(len(data)) + int64(cfg.BlockSize) - 1) / int64(cfg.BlockSize)
+	if cached := f.blocks.Stats().CachedBlocks; cached > blocks/3 {
+		t.Fatalf("%d of %d blocks still cached after the push", cached, blocks)
+	}
 	if !bytes.Equal(got, data) {
 		t.Fatal("read through the page cache differs from the object")
 	}

@@ -33,6 +33,7 @@ var (
 	chunk   = flag.Int("chunk", 1<<20, "push chunk")
 	ahead   = flag.Int64("ahead", 0, "push no further than this past the last read request (0 = all)")
 	ra      = flag.Int("readahead", 1<<20, "max readahead")
+	hot     = flag.Bool("hot", false, "push from one small buffer that stays in the CPU's cache (the bytes pushed are then wrong: for the push rate only)")
 )
 
 var data []byte
@@ -116,7 +117,11 @@ func (f *file) push() {
 					mu.Unlock()
 				}
 				end := min(off+int64(*chunk), int64(len(data)))
-				if e := f.WriteCache(off, data[off:end]); e != 0 {
+				src := data[off:end]
+				if *hot {
+					src = data[:end-off]
+				}
+				if e := f.WriteCache(off, src); e != 0 {
 					fmt.Fprintln(os.Stderr, "store", off, e)
 					return
 				}

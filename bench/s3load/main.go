@@ -121,6 +121,7 @@ func get(args []string) error {
 	keys := fs.String("keys", "", "comma-separated keys, read whole, round robin")
 	workers := fs.Int("workers", 8, "concurrent GETs")
 	seconds := fs.Float64("seconds", 10, "how long to read")
+	ring := fs.Int("ring", 0, "read into a ring of this many 1 MiB buffers, one after another, as the daemon fills its blocks (0: one reused 4 MiB buffer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,6 +141,10 @@ func get(args []string) error {
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 4<<20)
+			ringBufs := make([][]byte, *ring)
+			for i := range ringBufs {
+				ringBufs[i] = make([]byte, 1<<20)
+			}
 			for time.Now().Before(deadline) {
 				key := list[int(next.Add(1)-1)%len(list)]
 				obj, err := cli.GetObject(context.Background(), *bucket, key, minio.GetObjectOptions{})
@@ -147,7 +152,12 @@ func get(args []string) error {
 					errs <- err
 					return
 				}
-				n, err := io.CopyBuffer(io.Discard, obj, buf)
+				var n int64
+				if *ring > 0 {
+					n, err = readIntoRing(obj, ringBufs)
+				} else {
+					n, err = io.CopyBuffer(io.Discard, obj, buf)
+				}
 				obj.Close()
 				if err != nil {
 					errs <- err
@@ -168,4 +178,21 @@ func get(args []string) error {
 		"workers": *workers, "bytes": total.Load(), "ops": ops.Load(), "seconds": el,
 		"gbps": float64(total.Load()) / el / 1e9, "ops_per_s": float64(ops.Load()) / el,
 	})
+}
+
+// readIntoRing reads r to the end, 1 MiB at a time, into the next buffer of
+// the ring each time: the destination is cold once the ring outgrows the
+// CPU's caches, as the daemon's block memory is.
+func readIntoRing(r io.Reader, ring [][]byte) (int64, error) {
+	var n int64
+	for i := 0; ; i = (i + 1) % len(ring) {
+		m, err := io.ReadFull(r, ring[i])
+		n += int64(m)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }

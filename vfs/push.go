@@ -162,17 +162,19 @@ func (p *pusher) pushBlock(idx int64) error {
 	if p.isPushed(idx) || p.h.readerPassed(off+bs) {
 		return nil
 	}
+	blk, err := f.fetch.await(p.ctx, p.h.obj, idx)
+	if blk == nil || err != nil {
+		return nil // the reader asks for it; a failed download is its error to see
+	}
+	defer blk.Release()
+	// A slot only for the copy: waiting for a download must not hold up
+	// other files' pushes.
 	select {
 	case f.pushSlots <- struct{}{}:
 		defer func() { <-f.pushSlots }()
 	case <-p.ctx.Done():
 		return nil
 	}
-	blk, err := f.fetch.await(p.ctx, p.h.obj, idx)
-	if blk == nil || err != nil {
-		return nil // the reader asks for it; a failed download is its error to see
-	}
-	defer blk.Release()
 	if p.h.readerPassed(off + int64(len(blk.Data))) {
 		return nil
 	}

@@ -326,7 +326,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	// The inode is this version of the object (a new version is a new
 	// inode), so what the page cache holds for it stays right across opens.
 	fuseFlags := uint32(fuse.FOPEN_KEEP_CACHE)
-	pushing := f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush()
+	// An O_DIRECT open reads around the page cache: pushes would be lost.
+	pushing := flags&syscall.O_DIRECT == 0 && f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush()
 	if pushing {
 		h.PushTo(pageSink{node: f})
 	} else if f.mount.opts.directIO(e.Version.Size) {

@@ -84,6 +84,16 @@ func TestPushAheadFeedsReadersThroughThePageCache(t *testing.T) {
 		t.Fatalf("%v bytes pushed, %v answered through reads, of %d: want most pushed", pushed, answered, size)
 	}
 
+	// An O_DIRECT open reads around the page cache: it takes no slot.
+	odirect, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := metricSum(t, d, "push_readers"); n != 0 {
+		t.Fatalf("%v pushed readers with an O_DIRECT open, want 0", n)
+	}
+	odirect.Close()
+
 	// While one open holds the only push slot, another file is read with
 	// direct I/O: every byte through read requests, nothing pushed.
 	sum2 := srv.PutRandomObject(t, "data", "big2.bin", size, 42)

@@ -45,9 +45,24 @@ done
 "$BINDIR/s3gdsfs" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:0 --gpu off --cache-size 0 ${MOUNT_FLAGS:-} "$MP" > "$OUT/s3gdsfs.log" 2>&1 &
 DAEMON=$!
 for _ in $(seq 100); do mountpoint -q "$MP" && break; sleep 0.1; done
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user+system ticks
+D0=$(cpu "$DAEMON"); S0=$(cpu "$VGW")
 python3 scripts/scaling.py --path posix --mount "$MP" --manifest "$OUT/objects.json" --procs "$PROCS" \
   --threads 8 --seconds "$SECS" --raw-dir "$OUT/raw" --label posix --out "$OUT/scaling-posix.json"
+D1=$(cpu "$DAEMON"); S1=$(cpu "$VGW")
 grep -E '^VmHWM' /proc/$DAEMON/status | tee "$OUT/peak.txt"
+# The daemon's counters for the whole run (S3 bytes against bytes read, streams and how they ended).
+ADDR=$(grep -o 'metrics=[0-9.:]*' "$OUT/s3gdsfs.log" | head -1 | cut -d= -f2)
+python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$ADDR/metrics" \
+  | grep -E '^s3gdsfs_(s3_received_bytes_total|posix_read_bytes_total|posix_reads_total|read_stream|push_bytes_total|s3_requests_total|block_cache)' > "$OUT/metrics.txt" || true
+# CPU seconds per GB read through the mount, over all N: the daemon's and the server's.
+python3 - "$OUT/metrics.txt" $((D1 - D0)) $((S1 - S0)) "$(getconf CLK_TCK)" <<'PY' | tee "$OUT/cpu.txt"
+import sys
+m = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if " " in l}
+gb = (m.get("s3gdsfs_posix_read_bytes_total", 0) + m.get("s3gdsfs_push_bytes_total", 0)) / 1e9
+d, s, hz = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+print(f"CPU s/GB over the run ({gb:.1f} GB): daemon {d / hz / gb:.2f}, server {s / hz / gb:.2f}")
+PY
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   /usr/bin/python3 scripts/plot_scaling.py "$OUT/scaling-posix.png" "$OUT/scaling-posix.json"
 fi

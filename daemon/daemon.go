@@ -87,6 +87,9 @@ type Daemon struct {
 	addr    string
 	stop    context.CancelFunc
 	closing sync.Once
+
+	unmountMu sync.Mutex
+	unmounted bool // Unmount succeeded (or detached): later calls do nothing
 }
 
 // Start checks the endpoint, mounts, and serves metrics. Every failure is
@@ -272,11 +275,18 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 }
 
 // Unmount detaches the mount, retrying while it is busy and finally
-// detaching lazily so a shutdown never hangs on an open file.
+// detaching lazily so a shutdown never hangs on an open file. Once it has
+// succeeded, later calls do nothing.
 func (d *Daemon) Unmount() error {
+	d.unmountMu.Lock()
+	defer d.unmountMu.Unlock()
+	if d.unmounted {
+		return nil // a second call (a test's cleanup after its own) has nothing to do
+	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = d.server.Unmount(); err == nil {
+			d.unmounted = true
 			d.shutdown()
 			return nil
 		}
@@ -285,6 +295,7 @@ func (d *Daemon) Unmount() error {
 	}
 	if lerr := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH); lerr == nil {
 		d.cfg.Log.Warn("mount was busy: detached lazily", "mountpoint", d.cfg.Mountpoint)
+		d.unmounted = true
 		d.shutdown()
 		return nil
 	}

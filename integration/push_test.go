@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -209,5 +210,57 @@ func pageCacheNeverMixesVersions(t *testing.T, push bool) {
 	}
 	if got := fileSHA256(t, path, 1<<20); got != newSum {
 		t.Fatalf("second read of the new version: sha256 %s, want %s", got, newSum)
+	}
+}
+
+// Unmounting while a pushed reader is part way through its file (its pushes
+// in flight) finishes within the unmount's own bound: pushes to a mount that
+// is going away fail instead of waiting, and the reader sees an error, not
+// a hang.
+func TestUnmountDuringAPushedRead(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 64 << 20
+	srv.PutRandomObject(t, "data", "big.bin", size, 61)
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.FS.DirectIOMinSize = 4 << 20
+		c.FS.PushReaders = 1
+	})
+	f, err := os.Open(filepath.Join(mp, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < 8<<20; off += int64(len(buf)) {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, testenv.RandomBytes(61, off, len(buf))) {
+			t.Fatalf("read at %d differs", off)
+		}
+	}
+	start := time.Now()
+	if err := d.Unmount(); err != nil { // busy: detached lazily
+		t.Fatalf("unmount with a pushed read open: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("unmount took %v", took)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.ReadAt(buf, 40<<20)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			// Served from what the page cache already held: fine, if exact.
+			if !bytes.Equal(buf, testenv.RandomBytes(61, 40<<20, len(buf))) {
+				t.Fatal("read after unmount returned other bytes")
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("read after unmount hangs")
 	}
 }

@@ -251,9 +251,6 @@ func (s *Store) cache(key BlockKey, b *Block) {
 	}
 }
 
-// Remove drops every cached block whose Object equals object (an object that
-// changed on the server). Readers holding such blocks keep them until they
-// release them.
 // Drop takes b out of the cache if it is cached under key, so that its
 // memory is reused as soon as the last reference goes: for a block whose
 // bytes now live elsewhere (pushed into the kernel's page cache, where
@@ -267,6 +264,9 @@ func (s *Store) Drop(key BlockKey, b *Block) {
 	}
 }
 
+// Remove drops every cached block whose Object equals object (an object that
+// changed on the server). Readers holding such blocks keep them until they
+// release them.
 func (s *Store) Remove(object string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

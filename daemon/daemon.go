@@ -281,7 +281,7 @@ func (d *Daemon) Unmount() error {
 	d.unmountMu.Lock()
 	defer d.unmountMu.Unlock()
 	if d.unmounted {
-		return nil // a second call (a test's cleanup after its own) has nothing to do
+		return nil
 	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {

@@ -36,7 +36,7 @@ type Options struct {
 	DirectIOMinSize int64
 	// PushReaders is how many opens of objects of at least DirectIOMinSize
 	// may be served at once by pushing into the page cache (vfs.PageSink)
-	// instead of with direct I/O: 0 none, negative every one. Not with
+	// instead of with direct I/O; 0: none. Not with
 	// DirectIOAlways. A pushed reader reads faster and costs more CPU
 	// (docs/architecture.md), so a machine has room for a few.
 	PushReaders int
@@ -88,15 +88,23 @@ func (o Options) directIO(size int64) bool {
 // mayPush reports whether an open of an object of size bytes may be served
 // by pushing into the page cache, if a push slot is free (mount.admitPush).
 func (o Options) mayPush(size int64) bool {
-	return o.PushReaders != 0 && o.DirectIO != DirectIOAlways && o.large(size)
+	return o.PushReaders > 0 && o.DirectIO != DirectIOAlways && o.large(size)
+}
+
+func (o Options) large(size int64) bool {
+	threshold := o.DirectIOMinSize
+	if threshold <= 0 {
+		threshold = DefaultDirectIOMinSize
+	}
+	return size >= threshold
 }
 
 // admitPush takes a push slot for a new open, if Options.PushReaders has
-// one free; release gives it back.
+// one free; releasePush gives it back.
 func (m *mount) admitPush() bool {
 	for {
 		n := m.pushing.Load()
-		if m.opts.PushReaders >= 0 && n >= int64(m.opts.PushReaders) {
+		if n >= int64(m.opts.PushReaders) {
 			return false
 		}
 		if m.pushing.CompareAndSwap(n, n+1) {
@@ -109,14 +117,6 @@ func (m *mount) admitPush() bool {
 func (m *mount) releasePush() {
 	m.pushing.Add(-1)
 	m.m.PushReaders.Dec()
-}
-
-func (o Options) large(size int64) bool {
-	threshold := o.DirectIOMinSize
-	if threshold <= 0 {
-		threshold = DefaultDirectIOMinSize
-	}
-	return size >= threshold
 }
 
 // mount is state shared by every node of one mount.

@@ -87,7 +87,7 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			// (the --direct-io policy).
 			"direct_io": f.mount.opts.directIO(e.Version.Size),
 			// Whether an open may instead be fed by pushes into the page
-			// cache, when a push slot is free (--push-ahead).
+			// cache, when a push slot is free (--push-readers).
 			"push_ahead": f.mount.opts.mayPush(e.Version.Size),
 			"counters":   f.stats.snapshot(),
 		})

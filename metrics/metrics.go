@@ -54,7 +54,7 @@ type Set struct {
 	ReadStreams    prometheus.Counter
 	ReadStreamEnds *prometheus.CounterVec // end
 	// PushBytes counts bytes written into the kernel's page cache ahead of
-	// readers (--push-ahead); PushFailures says why pushing stopped early.
+	// readers (--push-readers); PushFailures says why pushing stopped early.
 	PushBytes    prometheus.Counter
 	PushFailures *prometheus.CounterVec // errno
 	PushReaders  prometheus.Gauge
@@ -140,7 +140,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		Name: "s3gdsfs_read_stream_ends_total", Help: "Whole-object streams ended, by why (done, overtaken, idle, slow, error); after slow or error ranged GETs take over.",
 	}, []string{"end"})
 	s.PushBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_push_bytes_total", Help: "Bytes written into the kernel page cache ahead of readers (--push-ahead); readers read them without a FUSE request.",
+		Name: "s3gdsfs_push_bytes_total", Help: "Bytes written into the kernel page cache ahead of readers (--push-readers); readers read them without a FUSE request.",
 	})
 	s.PushReaders = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_push_readers", Help: "Open files fed by pushes into the kernel page cache (at most --push-readers).",

@@ -60,3 +60,27 @@ func (s *Set) Snapshot() (map[string]any, error) {
 	}
 	return out, nil
 }
+
+// Value reads one series from a Snapshot (name without the s3gdsfs_
+// prefix): a series without labels as it is; one with labels at label, or
+// summed over all its labels when label is "". A series never touched reads 0.
+func (s *Set) Value(name, label string) (float64, error) {
+	snap, err := s.Snapshot()
+	if err != nil {
+		return 0, err
+	}
+	switch v := snap[name].(type) {
+	case float64:
+		return v, nil
+	case map[string]float64:
+		if label != "" {
+			return v[label], nil
+		}
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		return sum, nil
+	}
+	return 0, nil
+}

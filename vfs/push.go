@@ -25,8 +25,8 @@ type PageSink interface {
 }
 
 // pushPerHandle is how many blocks of one handle are written at once: one
-// writer copies about 1.9 GB/s on the 16-core machine, four reach 6-7 GB/s,
-// eight contend on the file's page index and reach less.
+// writer copied 1.9 GB/s on the 16-core machine, four 6.4-8.0, eight 5.2
+// (docs/results/push-experiment-h200.txt).
 const pushPerHandle = 4
 
 // DefaultPushWorkers is the default of Config.PushWorkers: pushes are CPU
@@ -197,8 +197,8 @@ func (p *pusher) pushBlock(idx int64) error {
 		f.blocks.PutAhead(key, blk)
 	} else {
 		// The page cache holds it now (another reader of this version
-		// reads the same pages): free the buffer for the next download
-		// while it is still in the CPU's cache.
+		// reads the same pages): give its memory back rather than push
+		// other files' blocks out of the cache.
 		f.blocks.Drop(key, blk)
 	}
 	return nil

@@ -121,17 +121,11 @@ func sortedNames(es []Entry) string {
 
 func counterValue(t *testing.T, m *metrics.Set, name, label string) float64 {
 	t.Helper()
-	snap, err := m.Snapshot()
+	v, err := m.Value(name, label)
 	if err != nil {
 		t.Fatal(err)
 	}
-	switch v := snap[name].(type) {
-	case float64:
-		return v
-	case map[string]float64:
-		return v[label]
-	}
-	return 0
+	return v
 }
 
 func TestReadDirStreamsPagesWithoutDuplicates(t *testing.T) {

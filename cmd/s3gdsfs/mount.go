@@ -37,7 +37,7 @@ type mountFlags struct {
 	metaTTL, negativeTTL               time.Duration
 	connectTimeout, readTimeout        time.Duration
 	retries                            int
-	stream                             policyFlag
+	stream                             streamFlag
 	pushReaders, pushWorkers           int
 	streamMinRate                      sizeFlag
 	streamIdle                         time.Duration
@@ -298,7 +298,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			CacheSize:     zeroMeansNone(int64(mf.cacheSize)),
 			ReadTimeout:   mf.readTimeout,
 			Retries:       zeroMeansNone(mf.retries),
-			NoStream:      !mf.stream.on(func() bool { return objstore.NearEndpoint(mf.endpoint) }),
+			NoStream:      !mf.stream.on(mf.endpoint),
 			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
 			StreamIdle:    mf.streamIdle,
 			PushWorkers:   mf.pushWorkers,
@@ -335,6 +335,17 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
 		Log:          log,
 	}, nil
+}
+
+// on resolves --stream for the endpoint.
+func (f streamFlag) on(endpoint string) bool {
+	switch f {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	return objstore.NearEndpoint(endpoint)
 }
 
 // defaultPushReaders is one reader fed by pushes per 16 CPUs. A pushed

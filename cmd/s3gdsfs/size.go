@@ -105,30 +105,19 @@ func (d *directIOFlag) Set(v string) error {
 	return nil
 }
 
-// policyFlag is an auto/always/never flag (--stream, --push-ahead).
-// Written alone it means always.
-type policyFlag string
+// streamFlag is --stream: auto, always or never. Written alone it means
+// always.
+type streamFlag string
 
-func (f *policyFlag) IsBoolFlag() bool { return true }
+func (f *streamFlag) IsBoolFlag() bool { return true }
 
-func (f *policyFlag) String() string { return string(*f) }
+func (f *streamFlag) String() string { return string(*f) }
 
-func (f *policyFlag) Set(v string) error {
+func (f *streamFlag) Set(v string) error {
 	p, err := parsePolicy(v)
 	if err != nil {
 		return err
 	}
-	*f = policyFlag(p)
+	*f = streamFlag(p)
 	return nil
-}
-
-// on resolves the flag: auto is what auto() says.
-func (f policyFlag) on(auto func() bool) bool {
-	switch f {
-	case "always":
-		return true
-	case "never":
-		return false
-	}
-	return auto()
 }

@@ -333,7 +333,9 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	} else if f.mount.opts.directIO(e.Version.Size) {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
 	}
-	return &fileHandle{mount: f.mount, node: f, h: h, pushing: pushing}, fuseFlags, 0
+	fh := &fileHandle{mount: f.mount, node: f, h: h}
+	fh.pushing.Store(pushing)
+	return fh, fuseFlags, 0
 }
 
 // fileHandle is one open of a file.
@@ -341,7 +343,18 @@ type fileHandle struct {
 	mount   *mount
 	node    *fileNode
 	h       *vfs.Handle
-	pushing bool // holds a push slot (mount.admitPush)
+	pushing atomic.Bool // holds a push slot (mount.admitPush)
+}
+
+// leavePush gives the handle's push slot back, if it holds one: at release,
+// and at its first GPU read, since a file read into GPU memory has no use
+// for pushes and the slot is for a POSIX reader (GPU loaders open files
+// only to issue ioctls on them, and would otherwise hold it for good).
+func (fh *fileHandle) leavePush() {
+	if fh.pushing.CompareAndSwap(true, false) {
+		fh.h.StopPush()
+		fh.mount.releasePush()
+	}
 }
 
 var (
@@ -399,10 +412,8 @@ func (r blockResult) Size() int {
 func (r blockResult) Done() { r.release() }
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
+	fh.leavePush()
 	fh.h.Close()
-	if fh.pushing {
-		fh.mount.releasePush()
-	}
 	fh.mount.owners.released(fh)
 	return 0
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
@@ -253,5 +254,58 @@ func TestUnmountDuringAPushedRead(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("read after unmount hangs")
+	}
+}
+
+// A file read into GPU memory gives its push slot back at its first GPU
+// read: GPU loaders open files only to issue ioctls on them, and with the
+// slot held until close a POSIX reader beside them would never be pushed.
+func TestGPUReadGivesThePushSlotBack(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 24<<20 + 777
+	srv.PutRandomObject(t, "data", "gpu.bin", size, 51)
+	sum := srv.PutRandomObject(t, "data", "posix.bin", size, 52)
+	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.FS.DirectIOMinSize = 4 << 20
+		c.FS.PushReaders = 1
+	})
+
+	g, err := os.Open(filepath.Join(mp, "gpu.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if n := metricSum(t, d, "push_readers"); n != 1 {
+		t.Fatalf("%v pushed readers with one file open, want 1 (the open takes the slot)", n)
+	}
+	buf := hostBuffer(t, dir, "buf", size, 0)
+	if res, err := s3gds.Read(g, hostRequest(buf, 0, size, 0)); err != nil || res.Bytes != size {
+		t.Fatalf("GPU read: %+v %v", res, err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, buf))
+	if sha256.Sum256(got) != sha256.Sum256(testenv.RandomBytes(51, 0, size)) {
+		t.Fatal("GPU read: bytes in the buffer differ from the object")
+	}
+	if n := metricSum(t, d, "push_readers"); n != 0 {
+		t.Fatalf("%v pushed readers after the open's GPU read, want 0", n)
+	}
+
+	// With the GPU reader's file still open, a POSIX reader gets the slot.
+	pushed := metricSum(t, d, "push_bytes_total")
+	if got := fileSHA256(t, filepath.Join(mp, "posix.bin"), 1<<20); got != sum {
+		t.Fatalf("posix.bin: sha256 %s, want %s", got, sum)
+	}
+	if p := metricSum(t, d, "push_bytes_total") - pushed; p < size/2 {
+		t.Fatalf("%v of %d bytes pushed to a POSIX reader beside an open GPU reader's file, want most", p, size)
+	}
+
+	// The GPU reader's handle reads on through the page cache, byte exact.
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(g, 0, size)); err != nil {
+		t.Fatal(err)
+	}
+	if want := sha256.Sum256(testenv.RandomBytes(51, 0, size)); !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatal("POSIX read of the GPU reader's file after its slot went: bytes differ from the object")
 	}
 }

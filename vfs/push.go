@@ -70,6 +70,15 @@ func (h *Handle) PushTo(sink PageSink) {
 	h.streamTried = true
 }
 
+// StopPush ends pushing for a handle that PushTo set up (its file is read
+// into GPU memory instead); reads go on through requests. Blocks being
+// written finish.
+func (h *Handle) StopPush() {
+	if h.push != nil {
+		h.push.close()
+	}
+}
+
 // add queues blocks [from, to). A gap from what is queued drops the rest of
 // the old run: the reader went elsewhere.
 func (p *pusher) add(from, to int64) {

@@ -130,3 +130,45 @@ func TestBlocksFetchedAheadAndNeverReadGiveWayAfterTheirTTL(t *testing.T) {
 		t.Fatal("the oldest stale block should have made room, and only it")
 	}
 }
+
+// Keep holds a block for a reader still to come, cached or not: the cache
+// limit (here one block, and zero) and other reads do not drop it, the
+// reader's Get finds it and from then on it is cache like any other.
+func TestKeptBlocksOutliveTheCacheLimitUntilRead(t *testing.T) {
+	for _, cacheBlocks := range []int64{0, 1} {
+		s := newTestStore(t, 16, cacheBlocks)
+		inLRU := newFilled(t, s, 1)
+		s.Put(BlockKey{"o", 0}, inLRU) // cached (with room for one), then kept
+		s.Keep(BlockKey{"o", 0}, inLRU)
+		inLRU.Release()
+		notCached := newFilled(t, s, 2)
+		s.Keep(BlockKey{"o", 1}, notCached)
+		notCached.Release()
+		for i := range 4 {
+			cacheFilled(t, s, BlockKey{"other", int64(i)}, 0xEE)
+		}
+		for i := range 2 {
+			b := s.Get(BlockKey{"o", int64(i)})
+			if b == nil || !allBytes(b, byte(i+1)) {
+				t.Fatalf("cache limit %d blocks: kept block %d is gone (%v)", cacheBlocks, i, b)
+			}
+			b.Release()
+		}
+		if st := s.Stats(); st.CachedBlocks > cacheBlocks {
+			t.Fatalf("cache limit %d blocks: %d cached after the kept blocks were read", cacheBlocks, st.CachedBlocks)
+		}
+		// Keeping a key cached as another block changes nothing.
+		b := s.Get(BlockKey{"o", 1})
+		other := newFilled(t, s, 9)
+		s.Keep(BlockKey{"o", 1}, other)
+		other.Release()
+		if got := s.Get(BlockKey{"o", 1}); cacheBlocks > 0 && (got != b || !allBytes(got, 2)) {
+			t.Fatalf("Keep replaced the block cached under its key")
+		} else if got != nil {
+			got.Release()
+		}
+		if b != nil {
+			b.Release()
+		}
+	}
+}

@@ -222,6 +222,37 @@ func (s *Store) PutAhead(key BlockKey, b *Block) {
 	s.ahead.Add(key, b)
 }
 
+// Keep holds b for a reader that has yet to read it, as PutAhead does, also
+// when b is cached already: a block one reader has passed and another close
+// behind it will read is out of reach of the cache limit (and of other
+// readers' churn of the LRU) until that reader's Get; memory pressure still
+// takes it, as any block fetched ahead. A key cached as another block is
+// left as it is.
+func (s *Store) Keep(key BlockKey, b *Block) {
+	if b.store != s {
+		panic("cache: Keep of a Block from another Store")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case b.cached && b.cachedAs == key && b.ahead:
+		b.aheadAt = time.Now()
+		s.ahead.Get(key) // to the young end, as aheadAt says
+	case b.cached && b.cachedAs == key:
+		s.lru.Remove(key) // the cache's reference moves with it
+		b.ahead, b.aheadAt = true, time.Now()
+		s.ahead.Add(key, b)
+	case s.lru.Contains(key) || s.ahead.Contains(key):
+	default:
+		if b.cached {
+			s.uncache(b.cachedAs, b)
+		}
+		b.Retain()
+		b.cached, b.cachedAs, b.ahead, b.aheadAt = true, key, true, time.Now()
+		s.ahead.Add(key, b)
+	}
+}
+
 // forget drops what is cached under key and where b is cached, so that b
 // can be cached under key. Caller holds s.mu.
 func (s *Store) forget(key BlockKey, b *Block) {

@@ -58,6 +58,9 @@ type Set struct {
 	PushBytes    prometheus.Counter
 	PushFailures *prometheus.CounterVec // errno
 	PushReaders  prometheus.Gauge
+	// BlocksKept counts blocks one reader had read that were kept for
+	// another reader of the same object close behind it.
+	BlocksKept prometheus.Counter
 
 	importsOpen atomic.Pointer[func() float64]
 }
@@ -145,6 +148,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.PushReaders = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_push_readers", Help: "Open files fed by pushes into the kernel page cache (at most --push-readers).",
 	})
+	s.BlocksKept = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_blocks_kept_for_readers_total", Help: "Blocks a sequential reader had read that were kept for another reader of the same object close behind it, instead of leaving the cache.",
+	})
 	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
 	}, []string{"errno"})
@@ -203,7 +209,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
-		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders,
+		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

@@ -3,6 +3,7 @@ package vfs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/s3gdsfs/s3gdsfs/cache"
@@ -43,7 +44,11 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 	}
 	f.m.OpenHandles.Inc()
 	f.openHandles.Add(1)
-	return &Handle{f: f, obj: newObject(e), window: f.cfg.InitialWindow}, nil
+	h := &Handle{f: f, obj: newObject(e), window: f.cfg.InitialWindow}
+	f.readersMu.Lock()
+	f.readers[h.obj.id] = append(f.readers[h.obj.id], h)
+	f.readersMu.Unlock()
+	return h, nil
 }
 
 // Version is the version the handle reads.
@@ -63,6 +68,15 @@ func (h *Handle) Close() {
 	}
 	h.f.m.OpenHandles.Dec()
 	h.f.openHandles.Add(-1)
+	f := h.f
+	f.readersMu.Lock()
+	hs := slices.DeleteFunc(f.readers[h.obj.id], func(o *Handle) bool { return o == h })
+	if len(hs) == 0 {
+		delete(f.readers, h.obj.id)
+	} else {
+		f.readers[h.obj.id] = hs
+	}
+	f.readersMu.Unlock()
 }
 
 // A read that starts exactly where the last one ended is sequential. Once a
@@ -128,6 +142,9 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 		}
 		views = append(views, blk.Data[lo:hi])
 		pos += hi - lo
+	}
+	if sequential {
+		h.keepForTrailers(off, end, held)
 	}
 	if sequential && end%bs != 0 && end < size && (h.push == nil || !h.push.isPushed((end-1)/bs)) {
 		// A sequential reader stopped inside this block (its buffer is not
@@ -231,4 +248,70 @@ func (h *Handle) fetchAhead(s *stream, from, to int64) int64 {
 		from = max(from, reached)
 	}
 	return h.f.fetch.prefetch(h.obj, from, to)
+}
+
+// keepForTrailers keeps the blocks a sequential read has just passed for
+// other open handles of the same version that will read them soon: several
+// readers of one object (processes reading the same shards) go through it
+// a few blocks apart, and without this, with no block cache or one that
+// other readers churn, each reader behind the first fetches again what the
+// first has just read.
+func (h *Handle) keepForTrailers(off, end int64, held []*cache.Block) {
+	others := h.f.otherReaders(h)
+	if len(others) == 0 {
+		return
+	}
+	bs := int64(h.f.cfg.BlockSize)
+	first := off / bs
+	for i, blk := range held {
+		idx := first + int64(i)
+		if min((idx+1)*bs, h.obj.version.Size) > end {
+			break // not read to its end: this reader comes back for it
+		}
+		h.keepIfWanted(others, idx, blk)
+	}
+}
+
+// keepIfWanted keeps block idx for the first of others that will read it
+// soon, and reports whether one will.
+func (h *Handle) keepIfWanted(others []*Handle, idx int64, blk *cache.Block) bool {
+	off := idx * int64(h.f.cfg.BlockSize)
+	for _, o := range others {
+		if o.readsSoon(off) {
+			h.f.blocks.Keep(cache.BlockKey{Object: h.obj.id, Index: idx}, blk)
+			h.f.m.BlocksKept.Inc()
+			return true
+		}
+	}
+	return false
+}
+
+// readsSoon reports whether the handle is a sequential reader that has not
+// reached off and will within the largest window it may grow to: what it
+// would prefetch itself, so keeping such blocks for it takes no more
+// memory than its own prefetch. A handle that has not read yet is not one:
+// programs open files long before they read them (or only for GPU reads),
+// and blocks kept for them would be a cache by another name.
+func (h *Handle) readsSoon(off int64) bool {
+	reach := h.f.maxWindow()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.streak && h.nextOff <= off && off < h.nextOff+reach
+}
+
+// otherReaders returns the open handles of h's object version other than h.
+func (f *FS) otherReaders(h *Handle) []*Handle {
+	f.readersMu.Lock()
+	defer f.readersMu.Unlock()
+	hs := f.readers[h.obj.id]
+	if len(hs) < 2 {
+		return nil
+	}
+	others := make([]*Handle, 0, len(hs)-1)
+	for _, o := range hs {
+		if o != h {
+			others = append(others, o)
+		}
+	}
+	return others
 }

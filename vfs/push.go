@@ -204,10 +204,11 @@ func (p *pusher) pushBlock(idx int64) error {
 	if skip > 0 {
 		// The reader will ask for the tripwire: keep its block for it.
 		f.blocks.PutAhead(key, blk)
-	} else {
+	} else if others := f.otherReaders(p.h); len(others) == 0 || !p.h.keepIfWanted(others, idx, blk) {
 		// The page cache holds it now (another reader of this version
-		// reads the same pages): give its memory back rather than push
-		// other files' blocks out of the cache.
+		// through the page cache reads the same pages; one with direct
+		// I/O close behind has it kept): give its memory back rather
+		// than push other files' blocks out of the cache.
 		f.blocks.Drop(key, blk)
 	}
 	return nil

@@ -343,3 +343,60 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 		t.Fatalf("with 2 files open the window is %d, want %d", h.window, f.cfg.MaxWindow)
 	}
 }
+
+// Two readers of one object with no block cache, the second a few blocks
+// behind the first: the blocks the first has read are kept for the second,
+// so every byte comes from the store once (but the blocks the first passed
+// before the second read at all: a handle that has not read is no reader
+// yet), with a stream or ranged GETs. A reader further behind than its
+// window gets none kept and fetches for itself.
+func TestBlocksPassedAreKeptForReadersBehind(t *testing.T) {
+	for _, c := range []struct {
+		noStream bool
+		behind   int64 // blocks
+		shared   bool
+	}{{false, 3, true}, {true, 3, true}, {false, 40, false}} {
+		s := newMemStore()
+		const blocks = 200
+		data := randomBytes(blocks*4096, 61)
+		s.put("b", "obj", data, "e")
+		cfg := smallConfig()
+		cfg.CacheSize = -1 // none
+		cfg.NoStream = c.noStream
+		f := newTestFS(t, s, cfg)
+		a, b := openFile(t, f, "obj"), openFile(t, f, "obj")
+		var gotA, gotB []byte
+		read := func(h *Handle, got *[]byte) {
+			p, err := readRange(h, int64(len(*got)), int64(len(*got))+4096, 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*got = append(*got, p...)
+		}
+		for range c.behind {
+			read(a, &gotA)
+		}
+		for range blocks {
+			if len(gotA) < len(data) {
+				read(a, &gotA)
+			}
+			read(b, &gotB)
+		}
+		for len(gotB) < len(data) {
+			read(b, &gotB)
+		}
+		a.Close()
+		b.Close()
+		if !bytes.Equal(gotA, data) || !bytes.Equal(gotB, data) {
+			t.Fatalf("%+v: bytes differ from the object", c)
+		}
+		served, kept := s.served.Load(), counterValue(t, f.m, "blocks_kept_for_readers_total", "")
+		early := (c.behind + 1) * 4096 // what a read before b's first read
+		if c.shared && (served != int64(len(data))+early || kept == 0) {
+			t.Errorf("%+v: %d bytes from the store for a %d-byte object, %v blocks kept: want each byte once, and %d bytes again", c, served, len(data), kept, early)
+		}
+		if !c.shared && (served < int64(len(data))*3/2 || kept != 0) {
+			t.Errorf("%+v: %d bytes from the store for a %d-byte object, %v blocks kept: want none kept for a reader beyond its window", c, served, len(data), kept)
+		}
+	}
+}

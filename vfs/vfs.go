@@ -216,6 +216,11 @@ type FS struct {
 
 	openHandles atomic.Int64 // for each handle's share of block memory
 
+	// readers are the open handles of each object version (by object id),
+	// so that blocks one reader has passed are kept for another behind it.
+	readersMu sync.Mutex
+	readers   map[string][]*Handle
+
 	skippedMu sync.Mutex
 	skipped   map[string]struct{} // keys already logged, bounded
 }
@@ -237,6 +242,7 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		meta:    cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
 		blocks:  blocks,
 		skipped: make(map[string]struct{}),
+		readers: make(map[string][]*Handle),
 	}
 	f.fetch = newFetcher(f)
 	f.pushSlots = make(chan struct{}, cfg.PushWorkers)

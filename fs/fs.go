@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -99,23 +100,41 @@ func (o Options) large(size int64) bool {
 	return size >= threshold
 }
 
-// admitPush takes a push slot for a new open, if Options.PushReaders has
-// one free; releasePush gives it back.
-func (m *mount) admitPush() bool {
-	for {
-		n := m.pushing.Load()
-		if n >= int64(m.opts.PushReaders) {
+// admitPush gives fh a push slot and makes its handle push into sink, if
+// Options.PushReaders has a slot free or a holder that has not read yet:
+// the slot is for a reader, and a file opened long before it is read (or
+// for GPU reads that have not come yet) would hold it from the opens that
+// read now, the likelier readers. The holder it is taken from reads on
+// through the page cache without pushes.
+func (m *mount) admitPush(fh *fileHandle, sink vfs.PageSink) bool {
+	m.pushMu.Lock()
+	defer m.pushMu.Unlock()
+	if len(m.pushHolders) >= m.opts.PushReaders {
+		i := slices.IndexFunc(m.pushHolders, func(o *fileHandle) bool { return !o.hasRead.Load() })
+		if i < 0 {
 			return false
 		}
-		if m.pushing.CompareAndSwap(n, n+1) {
-			m.m.PushReaders.Inc()
-			return true
-		}
+		m.dropPushLocked(i)
+	}
+	fh.h.PushTo(sink)
+	m.pushHolders = append(m.pushHolders, fh)
+	m.m.PushReaders.Inc()
+	return true
+}
+
+// releasePush gives fh's push slot back, if it holds one, and ends its pushes.
+func (m *mount) releasePush(fh *fileHandle) {
+	m.pushMu.Lock()
+	defer m.pushMu.Unlock()
+	if i := slices.Index(m.pushHolders, fh); i >= 0 {
+		m.dropPushLocked(i)
 	}
 }
 
-func (m *mount) releasePush() {
-	m.pushing.Add(-1)
+func (m *mount) dropPushLocked(i int) {
+	fh := m.pushHolders[i]
+	m.pushHolders = slices.Delete(m.pushHolders, i, i+1)
+	fh.h.StopPush()
 	m.m.PushReaders.Dec()
 }
 
@@ -127,8 +146,10 @@ type mount struct {
 	m       *metrics.Set
 	opts    Options
 	started time.Time
-	// pushing counts open files served by pushes into the page cache.
-	pushing atomic.Int64
+	// pushHolders are the open files served by pushes into the page cache
+	// (at most Options.PushReaders).
+	pushMu      sync.Mutex
+	pushHolders []*fileHandle
 }
 
 // MaxRead is the largest read the kernel sends: 1 MiB, the most Linux allows.
@@ -326,36 +347,30 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	// The inode is this version of the object (a new version is a new
 	// inode), so what the page cache holds for it stays right across opens.
 	fuseFlags := uint32(fuse.FOPEN_KEEP_CACHE)
+	fh := &fileHandle{mount: f.mount, node: f, h: h}
 	// An O_DIRECT open reads around the page cache: pushes would be lost.
-	pushing := flags&syscall.O_DIRECT == 0 && f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush()
-	if pushing {
-		h.PushTo(pageSink{node: f})
-	} else if f.mount.opts.directIO(e.Version.Size) {
+	pushing := flags&syscall.O_DIRECT == 0 && f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush(fh, pageSink{node: f})
+	if !pushing && f.mount.opts.directIO(e.Version.Size) {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
 	}
-	fh := &fileHandle{mount: f.mount, node: f, h: h}
-	fh.pushing.Store(pushing)
 	return fh, fuseFlags, 0
 }
 
 // fileHandle is one open of a file.
 type fileHandle struct {
-	mount   *mount
-	node    *fileNode
-	h       *vfs.Handle
-	pushing atomic.Bool // holds a push slot (mount.admitPush)
+	mount *mount
+	node  *fileNode
+	h     *vfs.Handle
+	// hasRead: a POSIX read has come through this open (a push slot is
+	// not taken from it, mount.admitPush).
+	hasRead atomic.Bool
 }
 
 // leavePush gives the handle's push slot back, if it holds one: at release,
 // and at its first GPU read, since a file read into GPU memory has no use
 // for pushes and the slot is for a POSIX reader (GPU loaders open files
 // only to issue ioctls on them, and would otherwise hold it for good).
-func (fh *fileHandle) leavePush() {
-	if fh.pushing.CompareAndSwap(true, false) {
-		fh.h.StopPush()
-		fh.mount.releasePush()
-	}
-}
+func (fh *fileHandle) leavePush() { fh.mount.releasePush(fh) }
 
 var (
 	_ gofs.FileReader   = (*fileHandle)(nil)
@@ -364,6 +379,9 @@ var (
 
 func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
+	if !fh.hasRead.Load() {
+		fh.hasRead.Store(true)
+	}
 	// The reply is written straight from the cached blocks (one writev),
 	// never copied into dest first.
 	views, release, err := fh.h.ReadViews(ctx, off, len(dest))

@@ -34,6 +34,8 @@ type Handle struct {
 	// push writes what is fetched ahead into the kernel's page cache
 	// (push.go); nil unless PushTo was called.
 	push *pusher
+	// reading: the handle has served a read (it counts in FS.readingHandles).
+	reading bool
 }
 
 // Open pins the entry's version: every byte read through the handle comes
@@ -43,7 +45,6 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 		return nil, fmt.Errorf("%s: is a directory", e.Path())
 	}
 	f.m.OpenHandles.Inc()
-	f.openHandles.Add(1)
 	h := &Handle{f: f, obj: newObject(e), window: f.cfg.InitialWindow}
 	f.readersMu.Lock()
 	f.readers[h.obj.id] = append(f.readers[h.obj.id], h)
@@ -62,12 +63,14 @@ func (h *Handle) Close() {
 		h.stream.finish()
 		h.stream = nil
 	}
+	if h.reading {
+		h.f.readingHandles.Add(-1)
+	}
 	h.mu.Unlock()
 	if h.push != nil {
 		h.push.close()
 	}
 	h.f.m.OpenHandles.Dec()
-	h.f.openHandles.Add(-1)
 	f := h.f
 	f.readersMu.Lock()
 	hs := slices.DeleteFunc(f.readers[h.obj.id], func(o *Handle) bool { return o == h })
@@ -168,6 +171,10 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 func (h *Handle) plan(off, end int64) (sequential bool) {
 	bs := int64(h.f.cfg.BlockSize)
 	h.mu.Lock()
+	if !h.reading {
+		h.reading = true
+		h.f.readingHandles.Add(1)
+	}
 	sequential = h.isSequential(off)
 	var from, to int64
 	if sequential {
@@ -226,12 +233,15 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 }
 
 // maxWindow is the largest window a handle may grow to now: MaxWindow, or
-// less when that many open files could not all hold theirs within half the
-// block memory (the rest is for cache and readers' own blocks). Without the
-// share, 64 readers with 128 MiB windows want four times the default 2 GiB
-// and those whose prefetch finds no memory read block by block.
+// less when that many reading files could not all hold theirs within half
+// the block memory (the rest is for cache and readers' own blocks). Without
+// the share, 64 readers with 128 MiB windows want four times the default
+// 2 GiB and those whose prefetch finds no memory read block by block. Only
+// handles that have read count: files opened long before they are read, or
+// only for GPU reads, would otherwise shrink every reader's window (a
+// process that opens its 16 files up front made 64 readers' 16 MiB 5 MiB).
 func (f *FS) maxWindow() int64 {
-	share := f.cfg.MemoryLimit / 2 / max(f.openHandles.Load(), 1)
+	share := f.cfg.MemoryLimit / 2 / max(f.readingHandles.Load(), 1)
 	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
 	return max(min(f.cfg.MaxWindow, share), f.cfg.InitialWindow)
 }

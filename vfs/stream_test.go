@@ -317,9 +317,9 @@ func TestBlocksFetchedAheadWaitForTheirReaders(t *testing.T) {
 	}
 }
 
-// With many files open, each handle's window is held to its share of half
-// the block memory, so every reader's prefetch fits instead of some
-// reading block by block.
+// With many files reading, each handle's window is held to its share of
+// half the block memory, so every reader's prefetch fits instead of some
+// reading block by block; files open but not read take no share.
 func TestWindowsShareBlockMemory(t *testing.T) {
 	s := newMemStore()
 	s.put("b", "obj", randomBytes(100*4096, 17), "e")
@@ -328,9 +328,17 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 	for range 8 {
 		hs = append(hs, openFile(t, f, "obj"))
 	}
+	// Files open but not read take no share.
 	readAll(t, hs[0], 0, 4096)
+	if hs[0].window != f.cfg.MaxWindow {
+		t.Fatalf("one of 8 open files reading: window %d, want %d", hs[0].window, f.cfg.MaxWindow)
+	}
+	for _, h := range hs[1:] {
+		readAll(t, h, 90*4096, 4096)
+	}
+	readAll(t, hs[0], 0, 4096) // back to the start: the window starts small again
 	if want := int64(64 * 4096 / 2 / 8); hs[0].window > want {
-		t.Fatalf("with 8 files open the window grew to %d bytes, want at most %d", hs[0].window, want)
+		t.Fatalf("with 8 files reading the window grew to %d bytes, want at most %d", hs[0].window, want)
 	}
 	for _, h := range hs[1:] {
 		h.Close()

@@ -214,7 +214,7 @@ type FS struct {
 	// pushSlots bounds page-cache pushes in progress (Config.PushWorkers).
 	pushSlots chan struct{}
 
-	openHandles atomic.Int64 // for each handle's share of block memory
+	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
 
 	// readers are the open handles of each object version (by object id),
 	// so that blocks one reader has passed are kept for another behind it.

@@ -23,8 +23,12 @@ const DefaultStandinDir = "/dev/shm"
 // It has one device, 0, named "host-standin". A Handle holds a NUL-terminated
 // file name, relative to dir or absolute inside it (dir "" is /dev/shm);
 // Import maps that file shared and writable, so the file's bytes are the
-// allocation's. Copies run on one goroutine per stream, asynchronously, as on
-// a device, and every check the CUDA backend makes is made here too.
+// allocation's. A name is one allocation for as long as the daemon holds its
+// import (until the caller's files read through are released, or it
+// exits), as an IPC handle is: a file removed and made again under the same
+// name meanwhile is still the old mapping, so a new buffer needs a new name.
+// Copies run on one goroutine per stream, asynchronously, as on a device,
+// and every check the CUDA backend makes is made here too.
 func NewHostStandin(dir string) (Backend, error) {
 	if dir == "" {
 		dir = DefaultStandinDir

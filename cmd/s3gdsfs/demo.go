@@ -366,7 +366,11 @@ func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) err
 		if err != nil {
 			return err
 		}
-		buf := "demo-gpu-buffer"
+		// A buffer per read, as a new allocation has a new IPC handle: the
+		// daemon keeps its import of a name until the file read through is
+		// released, which the kernel sends after close returns, so a name
+		// used again at once could still be the previous, deleted buffer.
+		buf := "demo-gpu-buffer-" + strings.ReplaceAll(key, "/", "-")
 		if err := os.WriteFile(filepath.Join(work, buf), make([]byte, info.Size()), 0o600); err != nil {
 			return err
 		}

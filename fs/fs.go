@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,20 +100,17 @@ func (o Options) large(size int64) bool {
 }
 
 // admitPush gives fh a push slot and makes its handle push into sink, if
-// Options.PushReaders has a slot free or a holder that has not read yet:
-// the slot is for a reader, and a file opened long before it is read (or
-// for GPU reads that have not come yet) would hold it from the opens that
-// read now, the likelier readers. The holder it is taken from reads on
-// through the page cache without pushes.
+// Options.PushReaders has one free. A slot is never taken from another
+// open, even one that has not read yet: that open's flags chose the page
+// cache, and without pushes it would read through the page cache with the
+// kernel's readahead and ranged GETs, slower than direct I/O (four readers
+// opened together, each taking the slot from the one before, read 4.9
+// GB/s against 8.8 on 16 cores).
 func (m *mount) admitPush(fh *fileHandle, sink vfs.PageSink) bool {
 	m.pushMu.Lock()
 	defer m.pushMu.Unlock()
 	if len(m.pushHolders) >= m.opts.PushReaders {
-		i := slices.IndexFunc(m.pushHolders, func(o *fileHandle) bool { return !o.hasRead.Load() })
-		if i < 0 {
-			return false
-		}
-		m.dropPushLocked(i)
+		return false
 	}
 	fh.h.PushTo(sink)
 	m.pushHolders = append(m.pushHolders, fh)
@@ -361,9 +357,6 @@ type fileHandle struct {
 	mount *mount
 	node  *fileNode
 	h     *vfs.Handle
-	// hasRead: a POSIX read has come through this open (a push slot is
-	// not taken from it, mount.admitPush).
-	hasRead atomic.Bool
 }
 
 // leavePush gives the handle's push slot back, if it holds one: at release,
@@ -379,9 +372,6 @@ var (
 
 func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
-	if !fh.hasRead.Load() {
-		fh.hasRead.Store(true)
-	}
 	// The reply is written straight from the cached blocks (one writev),
 	// never copied into dest first.
 	views, release, err := fh.h.ReadViews(ctx, off, len(dest))

@@ -285,9 +285,9 @@ func (h *Handle) keepForTrailers(off, end int64, held []*cache.Block) {
 // keepIfWanted keeps block idx for the first of others that will read it
 // soon, and reports whether one will.
 func (h *Handle) keepIfWanted(others []*Handle, idx int64, blk *cache.Block) bool {
-	off := idx * int64(h.f.cfg.BlockSize)
+	start := idx * int64(h.f.cfg.BlockSize)
 	for _, o := range others {
-		if o.readsSoon(off) {
+		if o.readsSoon(start, start+int64(len(blk.Data))) {
 			h.f.blocks.Keep(cache.BlockKey{Object: h.obj.id, Index: idx}, blk)
 			h.f.m.BlocksKept.Inc()
 			return true
@@ -297,16 +297,17 @@ func (h *Handle) keepIfWanted(others []*Handle, idx int64, blk *cache.Block) boo
 }
 
 // readsSoon reports whether the handle is a sequential reader that has not
-// reached off and will within the largest window it may grow to: what it
-// would prefetch itself, so keeping such blocks for it takes no more
-// memory than its own prefetch. A handle that has not read yet is not one:
-// programs open files long before they read them (or only for GPU reads),
-// and blocks kept for them would be a cache by another name.
-func (h *Handle) readsSoon(off int64) bool {
+// read all of [start, end) yet and will reach start within the largest
+// window it may grow to: what it would prefetch itself, so keeping such
+// blocks for it takes no more memory than its own prefetch. A handle that
+// has not read yet is not one: programs open files long before they read
+// them (or only for GPU reads), and blocks kept for them would be a cache
+// by another name.
+func (h *Handle) readsSoon(start, end int64) bool {
 	reach := h.f.maxWindow()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.streak && h.nextOff <= off && off < h.nextOff+reach
+	return h.streak && h.nextOff < end && start < h.nextOff+reach
 }
 
 // otherReaders returns the open handles of h's object version other than h.

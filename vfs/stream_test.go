@@ -361,9 +361,10 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 func TestBlocksPassedAreKeptForReadersBehind(t *testing.T) {
 	for _, c := range []struct {
 		noStream bool
-		behind   int64 // blocks
+		readSize int64
+		behind   int64 // reads
 		shared   bool
-	}{{false, 3, true}, {true, 3, true}, {false, 40, false}} {
+	}{{false, 4096, 3, true}, {true, 4096, 3, true}, {false, 3000, 5, true}, {true, 3000, 5, true}, {false, 4096, 40, false}} {
 		s := newMemStore()
 		const blocks = 200
 		data := randomBytes(blocks*4096, 61)
@@ -375,7 +376,7 @@ func TestBlocksPassedAreKeptForReadersBehind(t *testing.T) {
 		a, b := openFile(t, f, "obj"), openFile(t, f, "obj")
 		var gotA, gotB []byte
 		read := func(h *Handle, got *[]byte) {
-			p, err := readRange(h, int64(len(*got)), int64(len(*got))+4096, 4096)
+			p, err := readRange(h, int64(len(*got)), int64(len(*got))+c.readSize, int(c.readSize))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,13 +385,10 @@ func TestBlocksPassedAreKeptForReadersBehind(t *testing.T) {
 		for range c.behind {
 			read(a, &gotA)
 		}
-		for range blocks {
+		for len(gotB) < len(data) {
 			if len(gotA) < len(data) {
 				read(a, &gotA)
 			}
-			read(b, &gotB)
-		}
-		for len(gotB) < len(data) {
 			read(b, &gotB)
 		}
 		a.Close()
@@ -399,7 +397,7 @@ func TestBlocksPassedAreKeptForReadersBehind(t *testing.T) {
 			t.Fatalf("%+v: bytes differ from the object", c)
 		}
 		served, kept := s.served.Load(), counterValue(t, f.m, "blocks_kept_for_readers_total", "")
-		early := (c.behind + 1) * 4096 // what a read before b's first read
+		early := (c.behind + 1) * c.readSize / 4096 * 4096 // the blocks a read through before b's first read
 		if c.shared && (served != int64(len(data))+early || kept == 0) {
 			t.Errorf("%+v: %d bytes from the store for a %d-byte object, %v blocks kept: want each byte once, and %d bytes again", c, served, len(data), kept, early)
 		}

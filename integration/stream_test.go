@@ -78,3 +78,45 @@ func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
 		})
 	}
 }
+
+// Two processes' worth of readers of one object through the mount, with no
+// block cache, each a block behind the other in turn: the object comes
+// from S3 about once, not twice, and both read every byte right.
+func TestReadersOfOneObjectFetchItOnce(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 32<<20 + 12345
+	srv.PutRandomObject(t, "data", "shared.bin", size, 71)
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.Core.CacheSize = -1          // none
+		c.FS.DirectIOMinSize = 1 << 20 // direct I/O: every byte through the daemon
+	})
+	var fs [2]*os.File
+	for i := range fs {
+		f, err := os.Open(filepath.Join(mp, "shared.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fs[i] = f
+	}
+	before := metricSum(t, d, "s3_received_bytes_total")
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for i, f := range fs { // the first reader, then the second a block behind
+			n, err := f.ReadAt(buf, off)
+			if err != nil && err != io.EOF {
+				t.Fatalf("reader %d at %d: %v", i, off, err)
+			}
+			if want := min(int64(len(buf)), size-off); int64(n) != want || !bytes.Equal(buf[:n], testenv.RandomBytes(71, off, n)) {
+				t.Fatalf("reader %d at %d: %d bytes, differing from the object or short of %d", i, off, n, want)
+			}
+		}
+	}
+	got := metricSum(t, d, "s3_received_bytes_total") - before
+	kept := metricSum(t, d, "blocks_kept_for_readers_total")
+	t.Logf("%v bytes from S3 for two reads of %d, %v blocks kept", got, size, kept)
+	if got > size*5/4 || kept == 0 {
+		t.Fatalf("%v bytes from S3 for two readers of a %d-byte object, %v blocks kept: want about one object", got, size, kept)
+	}
+}

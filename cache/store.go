@@ -211,6 +211,11 @@ func (s *Store) PutAhead(key BlockKey, b *Block) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.putAheadLocked(key, b)
+}
+
+// putAheadLocked is PutAhead with s.mu held.
+func (s *Store) putAheadLocked(key BlockKey, b *Block) {
 	if s.lru.Contains(key) || s.ahead.Contains(key) {
 		return
 	}
@@ -242,14 +247,8 @@ func (s *Store) Keep(key BlockKey, b *Block) {
 		s.lru.Remove(key) // the cache's reference moves with it
 		b.ahead, b.aheadAt = true, time.Now()
 		s.ahead.Add(key, b)
-	case s.lru.Contains(key) || s.ahead.Contains(key):
 	default:
-		if b.cached {
-			s.uncache(b.cachedAs, b)
-		}
-		b.Retain()
-		b.cached, b.cachedAs, b.ahead, b.aheadAt = true, key, true, time.Now()
-		s.ahead.Add(key, b)
+		s.putAheadLocked(key, b)
 	}
 }
 

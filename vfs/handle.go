@@ -67,9 +67,7 @@ func (h *Handle) Close() {
 		h.f.readingHandles.Add(-1)
 	}
 	h.mu.Unlock()
-	if h.push != nil {
-		h.push.close()
-	}
+	h.StopPush()
 	h.f.m.OpenHandles.Dec()
 	f := h.f
 	f.readersMu.Lock()

@@ -70,9 +70,9 @@ func (h *Handle) PushTo(sink PageSink) {
 	h.streamTried = true
 }
 
-// StopPush ends pushing for a handle that PushTo set up (its file is read
-// into GPU memory instead); reads go on through requests. Blocks being
-// written finish.
+// StopPush ends pushing for a handle that PushTo set up (at close, or when
+// its file is read into GPU memory instead); reads go on through requests.
+// Blocks being written finish.
 func (h *Handle) StopPush() {
 	if h.push != nil {
 		h.push.close()

@@ -4,14 +4,12 @@
 # ROUNDS times on the same machine. Needs .dev/gpu (make gpu-bundle). Writes
 # one text file per run (the scaling figures, CPU per GB and the daemon's
 # counters) and its JSON under $OUT.
-set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-posix-scaling-ab}
-mkdir -p "$OUT"
-new=$(mktemp -d) old=$(mktemp -d)
-for f in s3gdsfs s3load versitygw; do xz -dc ".dev/gpu/$f.xz" > "$new/$f"; done
-cp "$new/s3load" "$new/versitygw" "$old/"
+source scripts/gpu/lib.sh # unpacks the bundle into $BIN
+old=$(mktemp -d)
+cp "$BIN/s3load" "$BIN/versitygw" "$old/"
 xz -dc .dev/alt/s3gdsfs.xz > "$old/s3gdsfs"
-chmod +x "$new"/* "$old"/*
+chmod +x "$old/s3gdsfs"
 
 # run NAME BINDIR [mount flags]
 run() {
@@ -26,5 +24,5 @@ run() {
 }
 for r in $(seq "${ROUNDS:-2}"); do
   run "before-$r" "$old"
-  run "after-$r" "$new"
+  run "after-$r" "$BIN"
 done

@@ -36,6 +36,11 @@ type Config struct {
 	S3         objstore.Config
 	Core       vfs.Config
 	FS         s3fs.Options
+	// Splice is --splice: "auto" (or "") splices whole-object streams to
+	// direct-I/O readers where it can (streams on, an http endpoint, pipes
+	// that hold a reply), "always" fails the mount where it cannot, "never".
+	// It sets Core.Splice.
+	Splice string
 	// ReadAhead is the kernel's readahead for the mount (0 leaves the
 	// kernel's 128 KiB).
 	ReadAhead int64
@@ -105,6 +110,10 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	var spliceWhyNot string
+	if cfg.Core.Splice, spliceWhyNot, err = resolveSplice(cfg); err != nil {
+		return nil, err
+	}
 	d := &Daemon{cfg: cfg}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
@@ -164,8 +173,44 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
 		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr,
-		"whole_object_streams", !cfg.Core.NoStream, "push_readers", cfg.FS.PushReaders)
+		"whole_object_streams", !cfg.Core.NoStream, "push_readers", cfg.FS.PushReaders,
+		"splice", cfg.Core.Splice)
+	if spliceWhyNot != "" && cfg.Splice != "never" {
+		cfg.Log.Info("replies not spliced", "why", spliceWhyNot)
+	}
 	return d, nil
+}
+
+// resolveSplice decides --splice: whether, and if not why not. "always"
+// where splicing cannot work is an error naming the flag.
+func resolveSplice(cfg Config) (on bool, whyNot string, err error) {
+	mode := cfg.Splice
+	switch mode {
+	case "", "auto", "always":
+	case "never":
+		return false, "--splice=never", nil
+	default:
+		return false, "", fmt.Errorf("--splice %q: want auto, always or never", mode)
+	}
+	switch {
+	case cfg.Core.NoStream:
+		whyNot = "whole-object streams are off (--stream)"
+	case !strings.HasPrefix(cfg.S3.Endpoint, "http://"):
+		whyNot = "the endpoint is not plain http (TLS bytes must be decrypted by the daemon)"
+	case cfg.WrapStore != nil:
+		whyNot = "the store is wrapped (a test's fault injection)"
+	default:
+		if err := s3fs.SpliceUsable(); err != nil {
+			whyNot = err.Error()
+		}
+	}
+	if whyNot == "" {
+		return true, "", nil
+	}
+	if mode == "always" {
+		return false, "", fmt.Errorf("--splice=always: %s", whyNot)
+	}
+	return false, whyNot, nil
 }
 
 // LoopbackFabric is the loopback fabric, when --rdma=loopback (tests switch

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +16,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
+	"golang.org/x/sys/unix"
 
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
@@ -175,8 +179,9 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			// never lets a user read what the modes forbid.
 			Options:     []string{"ro", "default_permissions"},
 			DirectMount: true,
-			// Replies come from memory, never from a file descriptor.
-			DisableSplice: true,
+			// Replies come from memory (one writev), or with --splice
+			// from a pipe the socket's bytes were spliced into.
+			DisableSplice: !cfg.Splice,
 			Debug:         opts.Debug,
 		},
 		EntryTimeout:    &entryTTL,
@@ -337,6 +342,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		h.PushTo(pageSink{node: f})
 	} else if f.mount.opts.directIO(e.Version.Size) {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
+		h.AllowSplice()
 	}
 	fh := &fileHandle{mount: f.mount, node: f, h: h}
 	fh.pushing.Store(pushing)
@@ -369,6 +375,12 @@ var (
 
 func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
+	if fd, n, done, ok := fh.h.SpliceRead(off, len(dest)); ok {
+		fh.mount.m.PosixReads.Inc()
+		fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
+		fh.node.stats.posix(n)
+		return pipeResult{fd: fd, n: n, done: done, m: fh.mount.m}, 0
+	}
 	// The reply is written straight from the cached blocks (one writev),
 	// never copied into dest first.
 	views, release, err := fh.h.ReadViews(ctx, off, len(dest))
@@ -415,6 +427,40 @@ func (r blockResult) Size() int {
 }
 
 func (r blockResult) Done() { r.release() }
+
+// pipeResult is a reply whose bytes wait in a spliced handle's pipe
+// (vfs/splice.go): go-fuse splices them on into /dev/fuse behind the
+// header, so the daemon never copies them.
+type pipeResult struct {
+	fd, n int
+	done  func()
+	m     *metrics.Set
+}
+
+func (r pipeResult) Stateful() (uintptr, int) { return uintptr(r.fd), r.n }
+func (r pipeResult) Size() int                { return r.n }
+func (r pipeResult) Done()                    { r.done() }
+
+// Bytes is go-fuse's way out when it could not splice: the bytes are read
+// out of the pipe (TIOCINQ is FIONREAD), unless some of them have left it already (then the
+// request fails rather than wait for bytes that will not come).
+func (r pipeResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if k, err := unix.IoctlGetInt(r.fd, unix.TIOCINQ); err != nil || k < r.n {
+		return nil, fuse.EIO
+	}
+	if len(buf) < r.n {
+		buf = make([]byte, r.n)
+	}
+	for got := 0; got < r.n; {
+		k, err := unix.Read(r.fd, buf[got:r.n])
+		if err != nil || k == 0 {
+			return nil, fuse.EIO
+		}
+		got += k
+	}
+	r.m.SpliceCopied.Add(float64(r.n))
+	return buf[:r.n], fuse.OK
+}
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fh.leavePush()
@@ -492,3 +538,41 @@ func (s *dirStream) Close() {}
 
 // hostname is reported in stats so a dashboard can tell daemons apart.
 var hostname, _ = os.Hostname()
+
+// SpliceUsable says whether replies can be spliced (--splice): the kernel
+// must let this process make pipes of vfs.ReplyPipeSize, and go-fuse, which
+// reads fs.pipe-max-size once when the program starts and grows no pipe
+// beyond it, must have seen it large enough then (a limit raised later
+// helps only a new process).
+func SpliceUsable() error {
+	if err := vfs.SpliceUsable(); err != nil {
+		return err
+	}
+	if !splice.Resizable() || splice.MaxPipeSize() < vfs.ReplyPipeSize {
+		return fmt.Errorf("fs.pipe-max-size was %d when this process started, below the %d a spliced reply needs (raise it before starting: `sysctl fs.pipe-max-size=%d`)",
+			splice.MaxPipeSize(), vfs.ReplyPipeSize, vfs.WantPipeMaxSize)
+	}
+	return nil
+}
+
+// RaisePipeLimit raises fs.pipe-max-size to vfs.WantPipeMaxSize when it is
+// lower and this process may write it (root), and returns what it was; ""
+// when it left it alone. go-fuse reads the limit once at start, so a
+// process that raised it must start again (exec itself) to splice.
+func RaisePipeLimit() (was string, err error) {
+	old, err := os.ReadFile(vfs.PipeMaxSize)
+	if err != nil {
+		return "", err
+	}
+	cur, err := strconv.Atoi(strings.TrimSpace(string(old)))
+	if err != nil || cur >= vfs.WantPipeMaxSize {
+		return "", err
+	}
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("fs.pipe-max-size is %d: only root may raise it to %d", cur, vfs.WantPipeMaxSize)
+	}
+	if err := os.WriteFile(vfs.PipeMaxSize, []byte(strconv.Itoa(vfs.WantPipeMaxSize)), 0o644); err != nil {
+		return "", fmt.Errorf("raising fs.pipe-max-size: %w", err)
+	}
+	return strconv.Itoa(cur), nil
+}

@@ -20,7 +20,9 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // gpuMount mounts bucket with the host stand-in in place of CUDA: buffers
@@ -256,7 +258,38 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv("S3GDSFS_TEST_MMAP_SHA256"); path != "" {
 		os.Exit(childMmapSHA256(path))
 	}
-	os.Exit(m.Run())
+	restore := raisePipeLimitForSplice()
+	code := m.Run()
+	restore()
+	os.Exit(code)
+}
+
+// pipeLimitWasEnv carries fs.pipe-max-size as it was into the test binary
+// started again after raising it.
+const pipeLimitWasEnv = "S3GDSFS_TEST_PIPE_MAX_SIZE_WAS"
+
+// raisePipeLimitForSplice lets the splice tests splice: as root it raises
+// fs.pipe-max-size where it is too small and starts the test binary again
+// (go-fuse reads the limit once, when a program starts), and returns what
+// puts the limit back.
+func raisePipeLimitForSplice() (restore func()) {
+	was := os.Getenv(pipeLimitWasEnv)
+	if was == "" {
+		raised, err := s3fs.RaisePipeLimit()
+		if err != nil || raised == "" {
+			return func() {}
+		}
+		os.Setenv(pipeLimitWasEnv, raised)
+		if err := syscall.Exec(os.Args[0], os.Args, os.Environ()); err != nil {
+			fmt.Fprintln(os.Stderr, "starting the tests again after raising fs.pipe-max-size:", err)
+		}
+		was = raised
+	}
+	return func() {
+		if err := os.WriteFile(vfs.PipeMaxSize, []byte(was), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "restoring fs.pipe-max-size:", err)
+		}
+	}
 }
 
 // childMmapSHA256 prints the sha256 of path read through a shared mapping.

@@ -42,6 +42,9 @@ func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	cfg.Core.Bucket = bucket
+	// Whether --splice=auto splices depends on the machine (fs.pipe-max-size,
+	// CAP_SYS_RESOURCE): tests of splicing ask for it (splice_test.go).
+	cfg.Splice = "never"
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -61,6 +61,13 @@ type Set struct {
 	// BlocksKept counts blocks one reader had read that were kept for
 	// another reader of the same object close behind it.
 	BlocksKept prometheus.Counter
+	// SpliceBytes counts bytes spliced from a GET's socket into /dev/fuse
+	// (vfs/splice.go); SpliceEnds says how each spliced GET ended.
+	SpliceBytes prometheus.Counter
+	SpliceEnds  *prometheus.CounterVec // end
+	// SpliceCopied counts spliced bytes go-fuse could not splice on and
+	// copied through the daemon instead.
+	SpliceCopied prometheus.Counter
 
 	importsOpen atomic.Pointer[func() float64]
 }
@@ -151,6 +158,15 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.BlocksKept = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_blocks_kept_for_readers_total", Help: "Blocks a sequential reader had read that were kept for another reader of the same object close behind it, instead of leaving the cache.",
 	})
+	s.SpliceBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_bytes_total", Help: "Bytes of direct-I/O reads spliced from a whole-object GET's socket into the kernel's reply, never copied through the daemon's memory (--splice).",
+	})
+	s.SpliceEnds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_ends_total", Help: "Spliced whole-object GETs ended, by why: done (the end of the object), left (the reader closed or read elsewhere), error (the GET failed; ordinary reads take over), refused (it could not start; ordinary reads serve).",
+	}, []string{"end"})
+	s.SpliceCopied = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_copied_bytes_total", Help: "Bytes read from a spliced GET's pipe and copied into the reply because go-fuse could not splice them on (its pipes are too small: fs.pipe-max-size was below 2 MiB when the daemon started).",
+	})
 	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
 	}, []string{"errno"})
@@ -210,6 +226,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

@@ -54,6 +54,9 @@ func DefaultCredentials() *credentials.Credentials {
 // Minio is the Store over minio-go.
 type Minio struct {
 	core *minio.Core
+	// For GetRaw, which sends its GETs itself.
+	virtualHost                     bool
+	connectTimeout, responseTimeout time.Duration
 }
 
 // NewMinio builds the client; it sends nothing until first used.
@@ -97,7 +100,8 @@ func NewMinio(cfg Config) (*Minio, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
 	}
-	return &Minio{core: core}, nil
+	return &Minio{core: core, virtualHost: cfg.VirtualHost,
+		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout}, nil
 }
 
 func newTransport(cfg Config, secure bool) (*http.Transport, error) {

@@ -36,6 +36,11 @@ type Handle struct {
 	push *pusher
 	// reading: the handle has served a read (it counts in FS.readingHandles).
 	reading bool
+	// splice feeds a direct-I/O reader from a GET's socket (splice.go);
+	// spliceOK: the open allows it; spliceTried: at most one per handle.
+	splice      *spliceFeed
+	spliceOK    bool
+	spliceTried bool
 }
 
 // Open pins the entry's version: every byte read through the handle comes
@@ -58,6 +63,7 @@ func (h *Handle) Version() objstore.Version { return h.obj.version }
 // Close releases the handle. A stream it had ends once the blocks it
 // claimed are in (other readers may be waiting for them).
 func (h *Handle) Close() {
+	h.closeSplice()
 	h.mu.Lock()
 	if h.stream != nil {
 		h.stream.finish()
@@ -169,7 +175,8 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 func (h *Handle) plan(off, end int64) (sequential bool) {
 	bs := int64(h.f.cfg.BlockSize)
 	h.mu.Lock()
-	if !h.reading {
+	first := !h.reading
+	if first {
 		h.reading = true
 		h.f.readingHandles.Add(1)
 	}
@@ -207,6 +214,9 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 	h.streak = sequential
 	s := h.stream
 	h.mu.Unlock()
+	if first {
+		h.shareSplices()
+	}
 	reached := from
 	if to > from {
 		if reached = h.fetchAhead(s, from, to); reached < to {

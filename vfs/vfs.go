@@ -57,6 +57,11 @@ type Config struct {
 	StreamMinRate int64
 	// StreamIdle closes a stream that has had nothing to read for this long.
 	StreamIdle time.Duration
+	// Splice (--splice) feeds direct-I/O readers that start at the
+	// beginning of an object from a GET's socket with splice(2), the bytes
+	// never copied through the daemon (splice.go). Needs a store that is a
+	// RawGetter and replies the FUSE layer splices.
+	Splice bool
 
 	// PushWorkers bounds the blocks written into the kernel's page cache
 	// at once, across handles (push.go); 0 means DefaultPushWorkers. Only

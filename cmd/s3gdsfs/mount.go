@@ -37,7 +37,7 @@ type mountFlags struct {
 	metaTTL, negativeTTL               time.Duration
 	connectTimeout, readTimeout        time.Duration
 	retries                            int
-	stream                             streamFlag
+	stream, splice                     policyFlag
 	pushReaders, pushWorkers           int
 	streamMinRate                      sizeFlag
 	streamIdle                         time.Duration
@@ -86,6 +86,8 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.IntVar(&mf.retries, "retries", vfs.DefaultRetries, "times a failed ranged GET is sent again")
 	mf.stream = "auto"
 	fs.Var(&mf.stream, "stream", "whole-object GETs for readers that start at the beginning of an object: auto (when the endpoint is on this host or a private network), always (--stream alone) or never (parallel ranged GETs only)")
+	mf.splice = "auto"
+	fs.Var(&mf.splice, "splice", "move the bytes of whole-object streams for direct-I/O readers from the socket into the kernel's reply with splice(2), never through the daemon's memory: auto (with streams over http, where pipes may hold a reply), always (--splice alone; fails the mount where it cannot) or never")
 	mf.streamMinRate = vfs.DefaultStreamMinRate
 	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
 	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
@@ -330,6 +332,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},
 			},
 		},
+		Splice:       string(mf.splice),
 		ReadAhead:    int64(mf.readAhead),
 		MetricsAddr:  metrics,
 		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
@@ -338,7 +341,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 }
 
 // on resolves --stream for the endpoint.
-func (f streamFlag) on(endpoint string) bool {
+func (f policyFlag) on(endpoint string) bool {
 	switch f {
 	case "always":
 		return true
@@ -382,6 +385,50 @@ func newLogger(level, file string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), nil
 }
 
+// pipeRaisedEnv carries fs.pipe-max-size as it was into the process that
+// raised it and started again.
+const pipeRaisedEnv = "S3GDSFS_PIPE_MAX_SIZE_WAS"
+
+// raisePipeLimit lets --splice work where the kernel's pipes are too small
+// for a spliced reply: as root it raises fs.pipe-max-size (docs/operations.md)
+// and, in the foreground, runs the command again in this process, since
+// go-fuse read the old limit when the program started (a background child
+// starts afresh anyway). Without root it leaves the limit, and the mount
+// says why it does not splice.
+func raisePipeLimit(mf *mountFlags, log *slog.Logger) error {
+	if mf.splice == "never" || !mf.stream.on(mf.endpoint) {
+		return nil
+	}
+	return raisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "")
+}
+
+// raisePipeLimitAndRestart raises fs.pipe-max-size where it is too small
+// for splicing and this process may (root), and then runs the command
+// again in this process, unless a child will be started anyway. The
+// process that starts again logs what the limit was.
+func raisePipeLimitAndRestart(log *slog.Logger, childFollows bool) error {
+	if was := os.Getenv(pipeRaisedEnv); was != "" {
+		log.Info("raised fs.pipe-max-size so that pipes hold a spliced reply (--splice=never leaves it)", "was", was, "now", vfs.WantPipeMaxSize)
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	was, err := s3fs.RaisePipeLimit()
+	if err != nil || was == "" {
+		return nil // the mount says why it does not splice
+	}
+	os.Setenv(pipeRaisedEnv, was)
+	if childFollows {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("starting again after raising fs.pipe-max-size: %w", err)
+	}
+	return syscall.Exec(exe, os.Args, os.Environ())
+}
+
 // readyFDEnv names the pipe on which a background child says it mounted.
 const readyFDEnv = "S3GDSFS_READY_FD"
 
@@ -400,6 +447,9 @@ func runMount(args []string, helperForm bool) error {
 	}
 	cfg, err := mf.config(mountpoint, log)
 	if err != nil {
+		return err
+	}
+	if err := raisePipeLimit(&mf, log); err != nil {
 		return err
 	}
 	if !mf.foreground && os.Getenv(readyFDEnv) == "" {

@@ -105,19 +105,19 @@ func (d *directIOFlag) Set(v string) error {
 	return nil
 }
 
-// streamFlag is --stream: auto, always or never. Written alone it means
-// always.
-type streamFlag string
+// policyFlag is --stream or --splice: auto, always or never. Written alone
+// it means always.
+type policyFlag string
 
-func (f *streamFlag) IsBoolFlag() bool { return true }
+func (f *policyFlag) IsBoolFlag() bool { return true }
 
-func (f *streamFlag) String() string { return string(*f) }
+func (f *policyFlag) String() string { return string(*f) }
 
-func (f *streamFlag) Set(v string) error {
+func (f *policyFlag) Set(v string) error {
 	p, err := parsePolicy(v)
 	if err != nil {
 		return err
 	}
-	*f = streamFlag(p)
+	*f = policyFlag(p)
 	return nil
 }

@@ -1,0 +1,256 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+// spliceMount mounts bucket with replies spliced from the socket for
+// direct-I/O opens of every size.
+func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, *daemon.Daemon) {
+	t.Helper()
+	requireSplice(t)
+	return mountOf(t, srv, bucket, func(c *daemon.Config) {
+		c.Splice = "always"
+		c.FS.DirectIO = s3fs.DirectIOAlways
+		c.FS.PushReaders = 0
+		if tune != nil {
+			tune(c)
+		}
+	})
+}
+
+// requireSplice skips the test where replies cannot be spliced: TestMain
+// raises fs.pipe-max-size as root, so that is a machine where the tests do
+// not run as root.
+func requireSplice(t *testing.T) {
+	t.Helper()
+	if err := s3fs.SpliceUsable(); err != nil {
+		t.Skipf("replies cannot be spliced here: %v", err)
+	}
+}
+
+// metric reads one counter (by its name without the s3gdsfs_ prefix) as a
+// string, maps of labels included, so that tests can compare it whole.
+func metric(t *testing.T, d *daemon.Daemon, name string) string {
+	t.Helper()
+	snap, err := d.Metrics.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(snap[name])
+}
+
+// readAllChecked reads f to its end with reads of bufSize and checks every
+// byte against the object (seed), from off.
+func readAllChecked(t *testing.T, f *os.File, seed, off, size int64, bufSize int) {
+	t.Helper()
+	buf := make([]byte, bufSize)
+	for off < size {
+		n, err := f.ReadAt(buf, off)
+		if n == 0 && err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		if !bytes.Equal(buf[:n], testenv.RandomBytes(seed, off, n)) {
+			t.Fatalf("read at %d: %d bytes differ from the object", off, n)
+		}
+		off += int64(n)
+	}
+}
+
+// A direct-I/O reader from the start of an object is served from one GET's
+// socket by splice: every byte right with page-aligned and odd buffers,
+// one GET per read of the object, every byte counted as spliced, none
+// through the daemon's blocks.
+func TestSplicedReadsAreByteExactAndSkipTheBlocks(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 20<<20 + 4321, 71
+	sum := srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	mp, d := spliceMount(t, srv, "data", nil)
+	path := filepath.Join(mp, "big.bin")
+
+	for i, bufSize := range []int{1 << 20, 777_777, 4 << 20} {
+		if got := fileSHA256(t, path, bufSize); got != sum {
+			t.Fatalf("read with %d-byte buffers: sha256 %s, want %s", bufSize, got, sum)
+		}
+		if got, want := metric(t, d, "splice_bytes_total"), fmt.Sprint(float64((i+1)*size)); got != want {
+			t.Fatalf("after %d reads: spliced bytes %s, want %s", i+1, got, want)
+		}
+	}
+	if got := metric(t, d, "splice_ends_total"); got != "map[done:3]" {
+		t.Errorf("spliced GETs ended: %s, want 3 done", got)
+	}
+	if got := metric(t, d, "s3_requests_total"); !strings.Contains(got, "get,ok:3") {
+		t.Errorf("requests: %s, want 3 GETs", got)
+	}
+	if got := metric(t, d, "splice_copied_bytes_total"); got != "0" {
+		t.Errorf("%s spliced bytes copied through the daemon: go-fuse could not splice them on", got)
+	}
+	if got := metric(t, d, "block_cache_misses_total"); got != "0" {
+		t.Errorf("block cache misses %s: spliced reads should not go through blocks", got)
+	}
+}
+
+// A spliced reader that seeks ends its GET; ordinary reads serve it from
+// there, byte-exact, and it is counted as having left.
+func TestSplicedReaderThatSeeksIsServedByOrdinaryReads(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 24<<20 + 99, 72
+	srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	mp, d := spliceMount(t, srv, "data", nil)
+	f, err := os.Open(filepath.Join(mp, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < 5<<20; off += 1 << 20 {
+		if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, testenv.RandomBytes(seed, off, len(buf))) {
+			t.Fatalf("read at %d: %v or wrong bytes", off, err)
+		}
+	}
+	readAllChecked(t, f, seed, 17<<20+3, size, 1<<20)
+	readAllChecked(t, f, seed, 2<<20, size, 1<<20)
+	if got := metric(t, d, "splice_ends_total"); got != "map[left:1]" {
+		t.Errorf("spliced GETs ended: %s, want 1 left", got)
+	}
+	if got := metric(t, d, "splice_bytes_total"); got != fmt.Sprint(float64(5<<20)) {
+		t.Errorf("spliced bytes %s, want the 5 MiB read before the seek", got)
+	}
+}
+
+// A second reader of the object ends the first one's splice: the two then
+// read through blocks they share, and both get every byte right.
+func TestSecondReaderEndsTheSpliceAndSharesBlocks(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 32 << 20, 73
+	srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.Core.CacheSize = -1 })
+	path := filepath.Join(mp, "big.bin")
+	a, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < 4<<20; off += 1 << 20 {
+		if _, err := a.ReadAt(buf, off); err != nil || !bytes.Equal(buf, testenv.RandomBytes(seed, off, len(buf))) {
+			t.Fatalf("first reader at %d: %v or wrong bytes", off, err)
+		}
+	}
+	// The second reader starts through blocks (the first splices).
+	if _, err := b.ReadAt(buf, 0); err != nil || !bytes.Equal(buf, testenv.RandomBytes(seed, 0, len(buf))) {
+		t.Fatalf("second reader at 0: %v or wrong bytes", err)
+	}
+	readAllChecked(t, a, seed, 4<<20, size, 1<<20)
+	readAllChecked(t, b, seed, 1<<20, size, 1<<20)
+	if got := metric(t, d, "splice_ends_total"); got != "map[shared:1]" {
+		t.Errorf("spliced GETs ended: %s, want 1 shared", got)
+	}
+	if got := metric(t, d, "splice_bytes_total"); got != fmt.Sprint(float64(4<<20)) {
+		t.Errorf("spliced bytes %s, want the first reader's 4 MiB", got)
+	}
+}
+
+// A spliced GET that breaks in the middle of its body (the connection
+// reset, or stalled past the response timeout) hands the reader to
+// ordinary reads where it broke: every byte right, no read much slower
+// than the timeout, and the end counted as an error.
+func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 24<<20 + 7, 74
+	srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	for _, kind := range []faultproxy.Kind{faultproxy.Reset, faultproxy.StallBody} {
+		t.Run(kind.String(), func(t *testing.T) {
+			var gets atomic.Int64
+			proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 9, Rate: 1,
+				Kinds: []faultproxy.Kind{kind}, StallFor: time.Minute,
+				// Only the first GET, the spliced one, breaks.
+				Match: func(r *http.Request) bool {
+					return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/big.bin") && gets.Add(1) == 1
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxy.Close)
+			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
+				c.S3.Endpoint = proxy.URL
+				c.S3.ResponseTimeout = time.Second
+				c.Core.ReadTimeout = faultReadTimeout
+				c.Core.Retries = faultRetries
+			})
+			f, err := os.Open(filepath.Join(mp, "big.bin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, 1<<20)
+			var worst time.Duration
+			for off := int64(0); off < size; {
+				start := time.Now()
+				n, err := f.Read(buf)
+				worst = max(worst, time.Since(start))
+				if n == 0 {
+					t.Fatalf("read at %d: %v before the end", off, err)
+				}
+				if !bytes.Equal(buf[:n], testenv.RandomBytes(seed, off, n)) {
+					t.Fatalf("read at %d: %d bytes differ from the object", off, n)
+				}
+				off += int64(n)
+			}
+			if _, err := f.Read(buf); err != io.EOF {
+				t.Fatalf("read at the end: %v, want EOF", err)
+			}
+			if worst > faultPOSIXBound {
+				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
+			}
+			if got := metric(t, d, "splice_ends_total"); got != "map[error:1]" {
+				t.Errorf("spliced GETs ended: %s, want 1 error", got)
+			}
+			if n := proxy.Injected(); n != 1 {
+				t.Errorf("faults injected: %d, want the spliced GET's", n)
+			}
+		})
+	}
+}
+
+// --splice=always where splicing cannot work fails the mount with a
+// message that names the flag; auto mounts without it and says why.
+func TestSpliceAlwaysWhereItCannotWorkFailsTheMount(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	cfg := daemon.Config{Mountpoint: t.TempDir(), Splice: "always"}
+	cfg.S3.Endpoint = srv.Endpoint
+	cfg.Core.Bucket = "data"
+	cfg.Core.NoStream = true
+	_, err := daemon.Start(cfg)
+	if err == nil || !strings.Contains(err.Error(), "--splice=always") || !strings.Contains(err.Error(), "--stream") {
+		t.Fatalf("--splice=always with streams off: %v, want an error naming --splice and --stream", err)
+	}
+	cfg.Splice = "sometimes"
+	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), "--splice") {
+		t.Fatalf("--splice=sometimes: %v, want an error naming --splice", err)
+	}
+}

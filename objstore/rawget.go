@@ -1,0 +1,328 @@
+package objstore
+
+import (
+	"bufio"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
+	"github.com/minio/minio-go/v7/pkg/signer"
+	"golang.org/x/sys/unix"
+)
+
+// RawGetter is implemented by stores that can hand over a GET's body as the
+// TCP connection it arrives on, so that a reader moves it on with splice(2)
+// and never copies it through the daemon's memory (vfs/splice.go).
+type RawGetter interface {
+	// GetRaw sends the GET of [off, off+n) pinned to v, as GetRange does
+	// (the reply's version is checked the same way), on a connection of its
+	// own, and returns its body. ErrNoRaw when the store cannot: TLS, a
+	// proxy, a store that is not HTTP.
+	GetRaw(ctx context.Context, bucket, key string, off, n int64, v Version) (*RawBody, error)
+}
+
+// ErrNoRaw means the store cannot hand over a GET body as a socket.
+var ErrNoRaw = errors.New("store cannot hand over GET bodies as sockets")
+
+// emptySHA256 is the payload hash of a request without a body.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// RawBody is the body of a GET on its own TCP connection. It is not safe for
+// concurrent use.
+type RawBody struct {
+	conn *net.TCPConn
+	rc   syscall.RawConn
+	// head holds body bytes that arrived with the headers.
+	head []byte
+	left int64
+	// timeout bounds a wait for the next byte: a stalled server ends the
+	// body instead of hanging its reader.
+	timeout time.Duration
+	// onBytes is told of every byte taken (metering).
+	onBytes func(int)
+	onClose func(left int64)
+	closed  bool
+}
+
+// Left is how many body bytes have not been taken yet.
+func (b *RawBody) Left() int64 { return b.left }
+
+// SpliceTo moves up to n more bytes of the body into the pipe whose write
+// end is pipeW (which must be non-blocking), and returns how many it moved:
+// n, or fewer once the pipe is full (a pipe holds a number of buffers, and a
+// socket's bytes may come in pieces smaller than a page). The bytes that
+// came with the headers are written; the rest are spliced from the socket,
+// so they stay in the kernel's pages. A body that ends first gives
+// io.ErrUnexpectedEOF; one that brings no byte for the timeout,
+// os.ErrDeadlineExceeded. After an error the body is of no further use.
+func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
+	if b.closed {
+		return 0, errors.New("splice from a closed body")
+	}
+	if int64(n) > b.left {
+		return 0, fmt.Errorf("splice of %d bytes from a body with %d left", n, b.left)
+	}
+	got := 0
+	if len(b.head) > 0 {
+		w, err := unix.Write(pipeW, b.head[:min(len(b.head), n)])
+		if err == unix.EAGAIN {
+			return 0, nil // full
+		}
+		if err != nil {
+			return 0, fmt.Errorf("write into pipe: %w", err)
+		}
+		b.head = b.head[w:]
+		got += w
+		b.taken(w)
+	}
+	if got == n || len(b.head) > 0 {
+		return got, nil
+	}
+	if b.timeout > 0 {
+		b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	var serr error
+	err := b.rc.Read(func(fd uintptr) bool {
+		for got < n {
+			m, e := unix.Splice(int(fd), nil, pipeW, nil, n-got, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case e == unix.EAGAIN:
+				// The socket has nothing now, or the pipe is full; only
+				// the first is worth waiting for.
+				return pipeFull(pipeW)
+			case e == unix.EINTR:
+				continue
+			case e != nil:
+				serr = fmt.Errorf("splice from socket: %w", e)
+				return true
+			case m == 0:
+				serr = io.ErrUnexpectedEOF
+				return true
+			}
+			got += int(m)
+			b.taken(int(m))
+			if b.timeout > 0 {
+				b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return got, fmt.Errorf("body after %d of %d bytes: %w", got, n, err)
+	}
+	return got, serr
+}
+
+// pipeFull reports whether the pipe has no buffer free.
+func pipeFull(pipeW int) bool {
+	p := []unix.PollFd{{Fd: int32(pipeW), Events: unix.POLLOUT}}
+	n, err := unix.Poll(p, 0)
+	return err == nil && n == 0
+}
+
+func (b *RawBody) taken(k int) {
+	b.left -= int64(k)
+	if b.onBytes != nil {
+		b.onBytes(k)
+	}
+}
+
+// Close ends the GET: the connection is closed, whatever is left unread.
+func (b *RawBody) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	if b.onClose != nil {
+		b.onClose(b.left)
+	}
+	return b.conn.Close()
+}
+
+// GetRaw implements RawGetter: one signed GET written by hand on a fresh
+// connection, because net/http buffers the start of a body where splice
+// cannot reach it and keeps its connections to itself.
+func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v Version) (*RawBody, error) {
+	where := bucket + "/" + key
+	if n <= 0 || off < 0 {
+		return nil, fmt.Errorf("get %s: bad range offset %d length %d", where, off, n)
+	}
+	ep := m.core.EndpointURL()
+	if ep.Scheme != "http" {
+		return nil, fmt.Errorf("get %s: %w: %s", where, ErrNoRaw, ep.Scheme)
+	}
+	u := &url.URL{Scheme: "http", Host: ep.Host, Path: "/" + bucket + "/" + key,
+		RawPath: "/" + bucket + "/" + s3utils.EncodePath(key)}
+	if m.virtualHost {
+		u.Host = bucket + "." + ep.Host
+		u.Path, u.RawPath = "/"+key, "/"+s3utils.EncodePath(key)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", where, err)
+	}
+	if p, err := http.ProxyFromEnvironment(req); err != nil || p != nil {
+		return nil, fmt.Errorf("get %s: %w: through a proxy", where, ErrNoRaw)
+	}
+	opts, err := pinnedRange(off, n, v)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range opts.Header() {
+		req.Header[k] = vs
+	}
+	req.Header.Set("User-Agent", "s3gdsfs")
+	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	creds, err := m.core.GetCreds()
+	if err != nil {
+		return nil, fmt.Errorf("get %s: credentials: %w", where, err)
+	}
+	region, err := m.core.GetBucketLocation(ctx, bucket)
+	if err != nil {
+		return nil, classify(err, bucket, key)
+	}
+	if creds.AccessKeyID != "" {
+		req = signer.SignV4(*req, creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken, region)
+	}
+
+	d := net.Dialer{Timeout: m.connectTimeout, KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", where, err)
+	}
+	conn := c.(*net.TCPConn)
+	ok := false
+	defer func() {
+		if !ok {
+			conn.Close()
+		}
+	}()
+	// The headers must come within the response timeout, as for every
+	// other request; the caller's context can end the wait too.
+	conn.SetDeadline(time.Now().Add(m.responseTimeout))
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := req.Write(conn); err != nil {
+		return nil, fmt.Errorf("get %s: send: %w", where, ctxErr(ctx, err))
+	}
+	br := bufio.NewReaderSize(conn, 16<<10)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: reply: %w", where, ctxErr(ctx, err))
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, rawError(resp, bucket, key)
+	}
+	if len(resp.TransferEncoding) > 0 || resp.ContentLength != n {
+		return nil, fmt.Errorf("get %s: asked for %d bytes at %d, server offered %d (transfer encoding %v)", where, n, off, resp.ContentLength, resp.TransferEncoding)
+	}
+	if resp.StatusCode == http.StatusPartialContent {
+		if start, ok := contentRangeStart(resp.Header.Get("Content-Range")); !ok || start != off {
+			return nil, fmt.Errorf("get %s: asked for bytes from %d, server sent %q", where, off, resp.Header.Get("Content-Range"))
+		}
+	} else if off != 0 || n != v.Size {
+		return nil, fmt.Errorf("get %s: asked for %d bytes at %d, server sent the whole object (%d)", where, n, off, resp.ContentLength)
+	}
+	if err := checkVersion(v, cleanETag(resp.Header.Get("ETag")), resp.Header); err != nil {
+		return nil, fmt.Errorf("get %s: %w", where, err)
+	}
+	// What the reader buffered beyond the headers is the body's start.
+	head := make([]byte, min(int64(br.Buffered()), n))
+	if _, err := io.ReadFull(br, head); err != nil {
+		return nil, fmt.Errorf("get %s: %w", where, err)
+	}
+	if br.Buffered() > 0 {
+		return nil, fmt.Errorf("get %s: %w", where, ErrLongBody)
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", where, err)
+	}
+	conn.SetDeadline(time.Time{})
+	ok = true
+	return &RawBody{conn: conn, rc: rc, head: head, left: n, timeout: m.responseTimeout}, nil
+}
+
+// ctxErr prefers the context's error: a deadline set to end the wait
+// reads as a timeout otherwise.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// rawError turns an error reply into the package's errors, as classify does
+// for minio-go's.
+func rawError(resp *http.Response, bucket, key string) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Code    string `xml:"Code"`
+		Message string `xml:"Message"`
+	}
+	xml.Unmarshal(body, &e)
+	if e.Code == "" {
+		e.Code = strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "")
+	}
+	er := minio.ErrorResponse{Code: e.Code, Message: e.Message, StatusCode: resp.StatusCode,
+		BucketName: bucket, Key: key}
+	return classify(er, bucket, key)
+}
+
+// contentRangeStart parses the first byte out of "bytes a-b/total".
+func contentRangeStart(s string) (int64, bool) {
+	s, ok := strings.CutPrefix(s, "bytes ")
+	if !ok {
+		return 0, false
+	}
+	a, _, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(a, 10, 64)
+	return v, err == nil
+}
+
+// GetRaw forwards to Inner when it is a RawGetter, counting the request
+// under op "get" as GetRange does and its bytes as they are taken.
+func (s Metered) GetRaw(ctx context.Context, bucket, key string, off, n int64, v Version) (*RawBody, error) {
+	g, ok := s.Inner.(RawGetter)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoRaw, s.Inner)
+	}
+	start := time.Now()
+	s.M.BytesInFlight.Add(float64(n))
+	b, err := g.GetRaw(ctx, bucket, key, off, n, v)
+	s.observe("get", start, err)
+	if err != nil {
+		s.M.BytesInFlight.Sub(float64(n))
+		return nil, err
+	}
+	inner := b.onBytes
+	b.onBytes = func(k int) {
+		s.M.BytesInFlight.Sub(float64(k))
+		s.M.S3BytesReceived.Add(float64(k))
+		if inner != nil {
+			inner(k)
+		}
+	}
+	innerClose := b.onClose
+	b.onClose = func(left int64) {
+		s.M.BytesInFlight.Sub(float64(left))
+		if innerClose != nil {
+			innerClose(left)
+		}
+	}
+	return b, nil
+}

@@ -1,0 +1,225 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/metrics"
+)
+
+// drainRaw splices the whole body through a small non-blocking pipe (so
+// that it fills and SpliceTo returns short) and returns what came out.
+func drainRaw(t *testing.T, b *RawBody) ([]byte, error) {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	var out bytes.Buffer
+	buf := make([]byte, 1<<20)
+	for b.Left() > 0 {
+		_, err := b.SpliceTo(p[1], int(min(b.Left(), 1<<20)))
+		for {
+			k, rerr := unix.Read(p[0], buf)
+			if k <= 0 || rerr != nil {
+				break
+			}
+			out.Write(buf[:k])
+		}
+		if err != nil {
+			return out.Bytes(), err
+		}
+	}
+	return out.Bytes(), nil
+}
+
+func rawTestStore(t *testing.T, srv *testenv.Server, secret string) *Minio {
+	t.Helper()
+	m, err := NewMinio(Config{Endpoint: srv.Endpoint, Region: testenv.Region,
+		Credentials: credentials.NewStaticV4(srv.AccessKey, secret, ""), MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A raw GET carries exactly the bytes of the range, whole object or part,
+// through the socket and a pipe, and the metered layer counts them as it
+// counts ranged GETs.
+func TestGetRawSplicesExactlyTheRange(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "raw")
+	const size, seed = 5<<20 + 123, 61
+	srv.PutRandomObject(t, "raw", "dir/obj one.bin", size, seed)
+	m := rawTestStore(t, srv, srv.SecretKey)
+	ms := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
+	store := Metered{Inner: m, M: ms}
+	ctx := context.Background()
+	obj, err := store.Stat(ctx, "raw", "dir/obj one.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ off, n int64 }{{0, size}, {777, 3<<20 + 5}, {size - 1, 1}} {
+		b, err := store.GetRaw(ctx, "raw", "dir/obj one.bin", r.off, r.n, obj.Version)
+		if err != nil {
+			t.Fatalf("GetRaw(%d, %d): %v", r.off, r.n, err)
+		}
+		got, err := drainRaw(t, b)
+		b.Close()
+		if err != nil {
+			t.Fatalf("GetRaw(%d, %d): body: %v", r.off, r.n, err)
+		}
+		if !bytes.Equal(got, testenv.RandomBytes(seed, r.off, int(r.n))) {
+			t.Fatalf("GetRaw(%d, %d): %d bytes, not the object's", r.off, r.n, len(got))
+		}
+	}
+	snap, err := ms.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := float64(size + 3<<20 + 5 + 1); snap["s3_received_bytes_total"] != want {
+		t.Errorf("bytes received %v, want %v", snap["s3_received_bytes_total"], want)
+	}
+	if snap["bytes_in_flight"] != 0.0 {
+		t.Errorf("bytes in flight %v after every body was read", snap["bytes_in_flight"])
+	}
+	sum := sha256.Sum256(testenv.RandomBytes(seed, 0, size))
+	if hex.EncodeToString(sum[:]) != testenv.RandomSHA256(size, seed) {
+		t.Fatal("test data generator disagrees with itself")
+	}
+}
+
+// A raw GET is pinned like a ranged GET: another version, a missing key
+// and wrong credentials are the package's errors; a TLS endpoint is
+// refused before anything is sent.
+func TestGetRawRefusesWhatGetRangeRefuses(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "raw")
+	srv.PutRandomObject(t, "raw", "obj", 1<<20, 3)
+	m := rawTestStore(t, srv, srv.SecretKey)
+	ctx := context.Background()
+	obj, err := m.Stat(ctx, "raw", "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := obj.Version
+	other.ETag = "0123456789abcdef0123456789abcdef"
+	if _, err := m.GetRaw(ctx, "raw", "obj", 0, obj.Size, other); !errors.Is(err, ErrChanged) {
+		t.Errorf("another ETag: %v, want ErrChanged", err)
+	}
+	if _, err := m.GetRaw(ctx, "raw", "missing", 0, 10, obj.Version); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing key: %v, want ErrNotFound", err)
+	}
+	bad := rawTestStore(t, srv, "wrong-secret")
+	if _, err := bad.GetRaw(ctx, "raw", "obj", 0, obj.Size, obj.Version); !errors.Is(err, ErrAccessDenied) {
+		t.Errorf("wrong secret: %v, want ErrAccessDenied", err)
+	}
+	tls, err := NewMinio(Config{Endpoint: "https://127.0.0.1:1", Region: testenv.Region,
+		Credentials: credentials.NewStaticV4("a", "b", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tls.GetRaw(ctx, "raw", "obj", 0, 10, obj.Version); !errors.Is(err, ErrNoRaw) {
+		t.Errorf("https endpoint: %v, want ErrNoRaw", err)
+	}
+}
+
+// fakeServer answers every request with the reply write makes, then
+// closes (or holds) the connection.
+func fakeServer(t *testing.T, write func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				c.Read(buf) // the request
+				write(c)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// Bodies that break: one cut short ends in io.ErrUnexpectedEOF, one that
+// stops coming in a timeout, one whose headers do not describe the range is
+// refused before any byte is taken. None hangs.
+func TestGetRawBodiesThatBreak(t *testing.T) {
+	const n = 3 << 20
+	v := Version{ETag: "abc", Size: n}
+	head := func(length int) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", length)
+	}
+	cases := []struct {
+		name  string
+		write func(c net.Conn)
+		want  func(error) bool
+		open  bool // the GET's headers pass, the body fails
+	}{
+		{"short", func(c net.Conn) { io.WriteString(c, head(n)+strings.Repeat("x", n/3)) },
+			func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }, true},
+		{"stall", func(c net.Conn) { io.WriteString(c, head(n)+"xyz"); time.Sleep(3 * time.Second) },
+			func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }, true},
+		{"wrong length", func(c net.Conn) { io.WriteString(c, head(n+1)) },
+			func(err error) bool { return err != nil && strings.Contains(err.Error(), "server offered") }, false},
+		{"another etag", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3145728\r\nETag: \"def\"\r\n\r\n")
+		}, func(err error) bool { return errors.Is(err, ErrChanged) }, false},
+		{"chunked", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nETag: \"abc\"\r\n\r\n0\r\n\r\n")
+		}, func(err error) bool { return err != nil && strings.Contains(err.Error(), "transfer encoding") }, false},
+		{"412", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n\r\n")
+		}, func(err error) bool { return errors.Is(err, ErrChanged) }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := fakeServer(t, tc.write)
+			m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
+				Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, v)
+			if tc.open {
+				if err != nil {
+					t.Fatalf("GetRaw: %v", err)
+				}
+				_, err = drainRaw(t, b)
+				b.Close()
+			}
+			if !tc.want(err) {
+				t.Fatalf("got %v", err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("took %v", d)
+			}
+		})
+	}
+}

@@ -1,0 +1,286 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// Splicing (--splice) serves a direct-I/O reader that reads an object from
+// its start without the daemon ever touching the bytes: one GET of the whole
+// object on a connection of its own, and each read request's bytes spliced
+// from that socket into a pipe, from which the FUSE layer splices them into
+// the kernel's reply. The kernel then copies each byte once, from the
+// socket's pages into the reader's buffer, where the ordinary path copies it
+// twice (socket to block, block to reader) and spends the daemon's CPU on
+// the first: on two cores that copy is what held the mount below raw GETs
+// (docs/benchmarks.md).
+//
+// What it gives up, and so when it is used: the bytes are in no block, so a
+// second reader of the object cannot share them and they do not enter the
+// block cache. A handle splices only when it starts at offset 0 while no
+// other handle of the same version is reading; it stops at the first read
+// anywhere but where the GET has got to (the reader seeks, or two threads
+// read one descriptor), when the GET fails (ordinary reads take over from
+// there, with their retries), and at close. Its socket buffer is its read
+// ahead: the server is held back by TCP, and no block memory is used.
+type spliceFeed struct {
+	// mu is held from a read's splice into the pipe until its reply has
+	// been written out of the pipe: the pipe holds one reply at a time.
+	mu     sync.Mutex
+	body   *objstore.RawBody // nil once ended
+	pr, pw int               // the pipe: read end for the reply, write end for the socket
+	pos    int64             // next byte of the object the socket brings (the pipe holds the bytes before it)
+	// share is set when another handle of the version starts reading: the
+	// feed ends at its next read and ordinary reads, whose blocks the two
+	// share, take over.
+	share atomic.Bool
+}
+
+// Why a spliced GET ended: the values of s3gdsfs_splice_ends_total's label.
+const (
+	spliceDone    = "done"    // the reader got to the end of the object
+	spliceLeft    = "left"    // it closed the file or read elsewhere first
+	spliceError   = "error"   // the GET failed while reading; ordinary reads take over
+	spliceShared  = "shared"  // another reader of the object came; ordinary reads, which share blocks, take over
+	spliceRefused = "refused" // it could not start; ordinary reads serve
+)
+
+// AllowSplice lets reads of the handle be spliced when the mount splices
+// (Config.Splice): for opens whose replies go straight into the reader's
+// buffer (direct I/O), which is where the daemon's copy is the cost.
+func (h *Handle) AllowSplice() {
+	h.mu.Lock()
+	h.spliceOK = h.f.cfg.Splice
+	h.mu.Unlock()
+}
+
+// SpliceRead serves [off, off+n) from the handle's spliced GET, starting one
+// at offset 0. On success the pipe's read end fd holds exactly got bytes
+// (fewer than n only at the end of the object) and done must be called once
+// they have been taken out of it. ok is false when the read is not one to
+// splice, or the GET could not serve it: the caller then reads through
+// ReadViews, which serves every read.
+func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func(), ok bool) {
+	size := h.obj.version.Size
+	h.mu.Lock()
+	feed := h.splice
+	if feed == nil {
+		start := h.spliceOK && !h.spliceTried && off == 0 && n > 0 && size > 0 && !h.reading
+		h.spliceTried = h.spliceTried || start
+		h.mu.Unlock()
+		if !start || h.othersActive() {
+			return 0, 0, nil, false
+		}
+		if feed = h.openSplice(); feed == nil {
+			return 0, 0, nil, false
+		}
+		h.mu.Lock()
+		h.splice = feed
+	}
+	h.mu.Unlock()
+
+	// Wait for the reply before: the kernel may send the next request
+	// before go-fuse has said it is done with the last.
+	feed.mu.Lock()
+	if feed.body == nil {
+		feed.mu.Unlock()
+		return 0, 0, nil, false
+	}
+	// The pipe may still hold the end of the last reply: go-fuse moves a
+	// reply into its own pipe, which can take fewer buffers than ours, and
+	// then answers short; the reader asks again for the rest.
+	if feed.share.Load() {
+		h.endSplice(feed, spliceShared, nil)
+		feed.mu.Unlock()
+		return 0, 0, nil, false
+	}
+	inPipe, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
+	if err != nil || off != feed.pos-int64(inPipe) || off >= size {
+		h.endSplice(feed, spliceLeft, err)
+		feed.mu.Unlock()
+		return 0, 0, nil, false
+	}
+	want := int(min(int64(n), size-off))
+	got = inPipe
+	if want > got {
+		moved, err := feed.body.SpliceTo(feed.pw, want-got)
+		if err != nil {
+			h.endSplice(feed, spliceError, err)
+			feed.mu.Unlock()
+			return 0, 0, nil, false
+		}
+		feed.pos += int64(moved)
+		got += moved
+	}
+	if got == 0 {
+		h.endSplice(feed, spliceError, errors.New("the pipe took no bytes"))
+		feed.mu.Unlock()
+		return 0, 0, nil, false
+	}
+	got = min(got, want)
+	h.f.m.SpliceBytes.Add(float64(got))
+	h.f.m.PosixReadBytes.Add(float64(got))
+	return feed.pr, got, func() {
+		if feed.pos == size {
+			if k, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ); err == nil && k == 0 {
+				h.endSplice(feed, spliceDone, nil)
+			}
+		}
+		feed.mu.Unlock()
+	}, true
+}
+
+// othersActive reports whether another handle of the version reads, or
+// splices: readers of one object share its blocks, which a spliced GET
+// would not make.
+func (h *Handle) othersActive() bool {
+	for _, o := range h.f.otherReaders(h) {
+		o.mu.Lock()
+		active := o.reading || o.splice != nil
+		o.mu.Unlock()
+		if active {
+			return true
+		}
+	}
+	return false
+}
+
+// shareSplices ends the spliced GETs of the version's other handles at
+// their next read: h is about to read it through blocks, which the others
+// would not make.
+func (h *Handle) shareSplices() {
+	for _, o := range h.f.otherReaders(h) {
+		o.mu.Lock()
+		if o.splice != nil {
+			o.splice.share.Store(true)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// openSplice sends the whole-object GET and makes the pipe; nil when either
+// fails (counted as refused), and the read goes the ordinary way.
+func (h *Handle) openSplice() *spliceFeed {
+	f := h.f
+	refuse := func(err error) *spliceFeed {
+		f.m.SpliceEnds.WithLabelValues(spliceRefused).Inc()
+		f.log.Debug("spliced GET not started; ordinary reads serve", "bucket", h.obj.bucket, "key", h.obj.key, "err", err)
+		return nil
+	}
+	g, ok := f.store.(objstore.RawGetter)
+	if !ok {
+		return refuse(fmt.Errorf("%w: %T", objstore.ErrNoRaw, f.store))
+	}
+	pr, pw, err := newReplyPipe()
+	if err != nil {
+		return refuse(err)
+	}
+	body, err := g.GetRaw(context.Background(), h.obj.bucket, h.obj.key, 0, h.obj.version.Size, h.obj.version)
+	if err != nil {
+		unix.Close(pr)
+		unix.Close(pw)
+		return refuse(err)
+	}
+	f.m.ReadStreams.Inc()
+	return &spliceFeed{body: body, pr: pr, pw: pw}
+}
+
+// endSplice closes the feed's GET and pipe; called with feed.mu held. After
+// an error the ordinary reads take over where the GET had got to, as a
+// sequential reader.
+func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
+	if feed.body == nil {
+		return
+	}
+	feed.body.Close()
+	feed.body = nil
+	unix.Close(feed.pr)
+	unix.Close(feed.pw)
+	h.f.m.SpliceEnds.WithLabelValues(why).Inc()
+	if err != nil {
+		h.f.log.Debug("spliced GET stopped; ordinary reads take over", "bucket", h.obj.bucket, "key", h.obj.key,
+			"at", feed.pos, "err", err)
+	}
+	h.mu.Lock()
+	if h.splice == feed {
+		h.splice = nil
+	}
+	if (why == spliceError || why == spliceShared) && !h.reading {
+		h.nextOff, h.streak, h.streamTried = feed.pos, true, true
+	}
+	h.mu.Unlock()
+}
+
+// closeSplice ends the handle's spliced GET at close, once a reply still
+// being written has left the pipe.
+func (h *Handle) closeSplice() {
+	h.mu.Lock()
+	feed := h.splice
+	h.mu.Unlock()
+	if feed == nil {
+		return
+	}
+	feed.mu.Lock()
+	h.endSplice(feed, spliceLeft, nil)
+	feed.mu.Unlock()
+}
+
+// ReplyPipeSize is what a pipe must hold for splicing: one reply of up to
+// 1 MiB (the kernel's largest read) and go-fuse's header before it, rounded
+// up by the kernel to a power of two pages.
+const ReplyPipeSize = 2 << 20
+
+// newReplyPipe makes the pipe one spliced handle's replies pass through,
+// non-blocking (a full pipe must not stall the socket's reader). Its
+// capacity is in buffers, and a socket's bytes may fill a buffer each with
+// less than a page, so it is made larger than a reply where allowed.
+func newReplyPipe() (pr, pw int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return 0, 0, fmt.Errorf("pipe: %w", err)
+	}
+	if _, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, WantPipeMaxSize); err != nil {
+		_, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, ReplyPipeSize)
+	}
+	if err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return 0, 0, fmt.Errorf("pipe of %d MiB: %w", ReplyPipeSize>>20, err)
+	}
+	return p[0], p[1], nil
+}
+
+// PipeMaxSize is the sysctl that bounds the pipes of a process without
+// CAP_SYS_RESOURCE (1 MiB by default), and WantPipeMaxSize what splicing
+// needs of it: a spliced handle's pipe (2 x ReplyPipeSize where allowed).
+const (
+	PipeMaxSize     = "/proc/sys/fs/pipe-max-size"
+	WantPipeMaxSize = 2 * ReplyPipeSize
+)
+
+// SpliceUsable says whether the kernel lets this process make the pipes
+// splicing needs: one of ReplyPipeSize, above the default fs.pipe-max-size
+// unless the process has CAP_SYS_RESOURCE.
+func SpliceUsable() error {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("pipe: %w", err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, ReplyPipeSize); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("a pipe of %d MiB is not allowed (fs.pipe-max-size must be at least %d: `sysctl fs.pipe-max-size=%d`): %w",
+				ReplyPipeSize>>20, ReplyPipeSize, WantPipeMaxSize, err)
+		}
+		return fmt.Errorf("pipe of %d MiB: %w", ReplyPipeSize>>20, err)
+	}
+	return nil
+}

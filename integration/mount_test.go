@@ -320,24 +320,34 @@ func TestConcurrentReadersOfOneFileAndOfMany(t *testing.T) {
 // old version, may deliver that version to its end. Either way every byte
 // read is the old version's, never a mix, and a new open sees the new one.
 func TestObjectReplacedDuringReadFailsThenNewOpenSeesNewVersion(t *testing.T) {
-	for _, streams := range []bool{false, true} {
-		t.Run(map[bool]string{false: "ranged", true: "stream"}[streams], func(t *testing.T) {
-			objectReplacedDuringRead(t, streams)
+	for _, mode := range []string{"ranged", "stream", "splice"} {
+		t.Run(mode, func(t *testing.T) {
+			objectReplacedDuringRead(t, mode)
 		})
 	}
 }
 
-func objectReplacedDuringRead(t *testing.T, streams bool) {
+// objectReplacedDuringRead: mode is "ranged" (ranged GETs), "stream" (a
+// whole-object stream) or "splice" (the stream spliced to a direct-I/O
+// reader).
+func objectReplacedDuringRead(t *testing.T, mode string) {
+	streams := mode != "ranged"
+	if mode == "splice" {
+		requireSplice(t)
+	}
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	const size = 64 << 20
 	srv.PutRandomObject(t, "data", "x.bin", size, 1)
-	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.Core.CacheSize = 4 << 20
 		c.Core.MaxWindow = 4 << 20
 		c.Core.MetaTTL = time.Second
 		c.Core.NoStream = !streams
 		c.FS.Debug = os.Getenv("DEBUGFUSE") != ""
+		if mode == "splice" {
+			c.Splice = "always"
+		}
 	})
 	path := filepath.Join(mp, "x.bin")
 	f, err := os.Open(path)
@@ -380,6 +390,9 @@ func objectReplacedDuringRead(t *testing.T, streams bool) {
 	}
 	if !bytes.Equal(got, testenv.RandomBytes(1, 1<<20, len(got))) {
 		t.Fatal("bytes returned after the replacement are not the old version's")
+	}
+	if spliced := metric(t, d, "splice_bytes_total"); (mode == "splice") != (spliced != "0") {
+		t.Fatalf("%s: %s bytes spliced", mode, spliced)
 	}
 	// A new open sees the new object whole once the cached name expires.
 	time.Sleep(1100 * time.Millisecond)

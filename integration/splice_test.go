@@ -2,13 +2,14 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +55,14 @@ func metric(t *testing.T, d *daemon.Daemon, name string) string {
 	return fmt.Sprint(snap[name])
 }
 
+// wantMetric fails the test unless metric name reads want.
+func wantMetric(t *testing.T, d *daemon.Daemon, name, want, why string) {
+	t.Helper()
+	if got := metric(t, d, name); got != want {
+		t.Errorf("%s %s, want %s (%s)", name, got, want, why)
+	}
+}
+
 // readAllChecked reads f to its end with reads of bufSize and checks every
 // byte against the object (seed), from off.
 func readAllChecked(t *testing.T, f *os.File, seed, off, size int64, bufSize int) {
@@ -91,18 +100,12 @@ func TestSplicedReadsAreByteExactAndSkipTheBlocks(t *testing.T) {
 			t.Fatalf("after %d reads: spliced bytes %s, want %s", i+1, got, want)
 		}
 	}
-	if got := metric(t, d, "splice_ends_total"); got != "map[done:3]" {
-		t.Errorf("spliced GETs ended: %s, want 3 done", got)
-	}
+	wantMetric(t, d, "splice_ends_total", "map[done:3]", "one GET per read of the object, each to its end")
 	if got := metric(t, d, "s3_requests_total"); !strings.Contains(got, "get,ok:3") {
 		t.Errorf("requests: %s, want 3 GETs", got)
 	}
-	if got := metric(t, d, "splice_copied_bytes_total"); got != "0" {
-		t.Errorf("%s spliced bytes copied through the daemon: go-fuse could not splice them on", got)
-	}
-	if got := metric(t, d, "block_cache_misses_total"); got != "0" {
-		t.Errorf("block cache misses %s: spliced reads should not go through blocks", got)
-	}
+	wantMetric(t, d, "splice_copied_bytes_total", "0", "go-fuse splices every reply on")
+	wantMetric(t, d, "block_cache_misses_total", "0", "spliced reads do not go through blocks")
 }
 
 // A spliced reader that seeks ends its GET; ordinary reads serve it from
@@ -126,12 +129,8 @@ func TestSplicedReaderThatSeeksIsServedByOrdinaryReads(t *testing.T) {
 	}
 	readAllChecked(t, f, seed, 17<<20+3, size, 1<<20)
 	readAllChecked(t, f, seed, 2<<20, size, 1<<20)
-	if got := metric(t, d, "splice_ends_total"); got != "map[left:1]" {
-		t.Errorf("spliced GETs ended: %s, want 1 left", got)
-	}
-	if got := metric(t, d, "splice_bytes_total"); got != fmt.Sprint(float64(5<<20)) {
-		t.Errorf("spliced bytes %s, want the 5 MiB read before the seek", got)
-	}
+	wantMetric(t, d, "splice_ends_total", "map[left:1]", "the seek ends the spliced GET")
+	wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(5<<20)), "the 5 MiB read before the seek")
 }
 
 // A second reader of the object ends the first one's splice: the two then
@@ -165,12 +164,8 @@ func TestSecondReaderEndsTheSpliceAndSharesBlocks(t *testing.T) {
 	}
 	readAllChecked(t, a, seed, 4<<20, size, 1<<20)
 	readAllChecked(t, b, seed, 1<<20, size, 1<<20)
-	if got := metric(t, d, "splice_ends_total"); got != "map[shared:1]" {
-		t.Errorf("spliced GETs ended: %s, want 1 shared", got)
-	}
-	if got := metric(t, d, "splice_bytes_total"); got != fmt.Sprint(float64(4<<20)) {
-		t.Errorf("spliced bytes %s, want the first reader's 4 MiB", got)
-	}
+	wantMetric(t, d, "splice_ends_total", "map[shared:1]", "the second reader ends the splice")
+	wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(4<<20)), "the first reader's 4 MiB")
 }
 
 // A spliced GET that breaks in the middle of its body (the connection
@@ -206,34 +201,38 @@ func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			buf := make([]byte, 1<<20)
-			var worst time.Duration
-			for off := int64(0); off < size; {
-				start := time.Now()
-				n, err := f.Read(buf)
-				worst = max(worst, time.Since(start))
-				if n == 0 {
-					t.Fatalf("read at %d: %v before the end", off, err)
-				}
-				if !bytes.Equal(buf[:n], testenv.RandomBytes(seed, off, n)) {
-					t.Fatalf("read at %d: %d bytes differ from the object", off, n)
-				}
-				off += int64(n)
-			}
-			if _, err := f.Read(buf); err != io.EOF {
-				t.Fatalf("read at the end: %v, want EOF", err)
-			}
+			worst := readSequentialChecked(t, f, seed, size)
 			if worst > faultPOSIXBound {
 				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
 			}
-			if got := metric(t, d, "splice_ends_total"); got != "map[error:1]" {
-				t.Errorf("spliced GETs ended: %s, want 1 error", got)
-			}
+			wantMetric(t, d, "splice_ends_total", "map[error:1]", "the broken GET ends in an error")
 			if n := proxy.Injected(); n != 1 {
 				t.Errorf("faults injected: %d, want the spliced GET's", n)
 			}
 		})
 	}
+}
+
+// An object replaced between open and the first read: the spliced GET,
+// pinned to the version seen at open, is refused, and the ordinary read
+// that serves instead fails with ESTALE, never returning the new bytes.
+func TestSpliceOfReplacedObjectIsRefusedAndTheReadIsESTALE(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 8 << 20
+	srv.PutRandomObject(t, "data", "x.bin", size, 1)
+	mp, d := spliceMount(t, srv, "data", nil)
+	f, err := os.Open(filepath.Join(mp, "x.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	srv.PutRandomObject(t, "data", "x.bin", size, 2)
+	buf := make([]byte, 1<<20)
+	if n, err := f.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("first read after the replacement: %d bytes, %v; want ESTALE", n, err)
+	}
+	wantMetric(t, d, "splice_ends_total", "map[refused:1]", "the GET pinned to the old version is refused")
 }
 
 // --splice=always where splicing cannot work fails the mount with a
@@ -248,6 +247,11 @@ func TestSpliceAlwaysWhereItCannotWorkFailsTheMount(t *testing.T) {
 	_, err := daemon.Start(cfg)
 	if err == nil || !strings.Contains(err.Error(), "--splice=always") || !strings.Contains(err.Error(), "--stream") {
 		t.Fatalf("--splice=always with streams off: %v, want an error naming --splice and --stream", err)
+	}
+	cfg.Core.NoStream = false
+	cfg.S3.Endpoint = "https://127.0.0.1:1"
+	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), "--splice=always") || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("--splice=always with an https endpoint: %v, want an error naming --splice and TLS", err)
 	}
 	cfg.Splice = "sometimes"
 	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), "--splice") {

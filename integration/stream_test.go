@@ -41,23 +41,7 @@ func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			buf := make([]byte, 1<<20)
-			var worst time.Duration
-			for off := int64(0); off < size; {
-				start := time.Now()
-				n, err := f.Read(buf)
-				worst = max(worst, time.Since(start))
-				if err != nil && err != io.EOF {
-					t.Fatalf("read at %d: %v", off, err)
-				}
-				if n == 0 {
-					t.Fatalf("read at %d: end of file before %d bytes", off, size)
-				}
-				if !bytes.Equal(buf[:n], testenv.RandomBytes(31, off, n)) {
-					t.Fatalf("read at %d: %d bytes differ from the object", off, n)
-				}
-				off += int64(n)
-			}
+			worst := readSequentialChecked(t, f, 31, size)
 			if worst > faultPOSIXBound {
 				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
 			}
@@ -119,4 +103,31 @@ func TestReadersOfOneObjectFetchItOnce(t *testing.T) {
 	if got > size*5/4 || kept == 0 {
 		t.Fatalf("%v bytes from S3 for two readers of a %d-byte object, %v blocks kept: want about one object", got, size, kept)
 	}
+}
+
+// readSequentialChecked reads f from where it is to the end of the object
+// (size bytes, seed) in 1 MiB reads, checks every byte and that the end
+// is EOF, and returns the longest read.
+func readSequentialChecked(t *testing.T, f *os.File, seed, size int64) (worst time.Duration) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; {
+		start := time.Now()
+		n, err := f.Read(buf)
+		worst = max(worst, time.Since(start))
+		if err != nil && err != io.EOF {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		if n == 0 {
+			t.Fatalf("read at %d: end of file before %d bytes", off, size)
+		}
+		if !bytes.Equal(buf[:n], testenv.RandomBytes(seed, off, n)) {
+			t.Fatalf("read at %d: %d bytes differ from the object", off, n)
+		}
+		off += int64(n)
+	}
+	if n, err := f.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("read at the end: %d bytes, %v; want EOF", n, err)
+	}
+	return worst
 }

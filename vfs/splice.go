@@ -81,6 +81,8 @@ func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func(), ok bool
 		if feed = h.openSplice(); feed == nil {
 			return 0, 0, nil, false
 		}
+		// No read comes after the release that closes the handle, so
+		// Close will find the feed set here.
 		h.mu.Lock()
 		h.splice = feed
 	}

@@ -55,6 +55,17 @@ type RawBody struct {
 	closed  bool
 }
 
+// NewRawBody is the body of n bytes that conn carries next, head of them
+// already read off it (with the headers): for RawGetter implementations.
+// timeout bounds each wait for the next byte (0: none).
+func NewRawBody(conn *net.TCPConn, head []byte, n int64, timeout time.Duration) (*RawBody, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &RawBody{conn: conn, rc: rc, head: head, left: n, timeout: timeout}, nil
+}
+
 // Left is how many body bytes have not been taken yet.
 func (b *RawBody) Left() int64 { return b.left }
 
@@ -245,13 +256,13 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 	if br.Buffered() > 0 {
 		return nil, fmt.Errorf("get %s: %w", where, ErrLongBody)
 	}
-	rc, err := conn.SyscallConn()
+	conn.SetDeadline(time.Time{})
+	b, err := NewRawBody(conn, head, n, m.responseTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", where, err)
 	}
-	conn.SetDeadline(time.Time{})
 	ok = true
-	return &RawBody{conn: conn, rc: rc, head: head, left: n, timeout: m.responseTimeout}, nil
+	return b, nil
 }
 
 // ctxErr prefers the context's error: a deadline set to end the wait

@@ -95,14 +95,14 @@ func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func(), ok bool
 		feed.mu.Unlock()
 		return 0, 0, nil, false
 	}
-	// The pipe may still hold the end of the last reply: go-fuse moves a
-	// reply into its own pipe, which can take fewer buffers than ours, and
-	// then answers short; the reader asks again for the rest.
 	if feed.share.Load() {
 		h.endSplice(feed, spliceShared, nil)
 		feed.mu.Unlock()
 		return 0, 0, nil, false
 	}
+	// The pipe may still hold the end of the last reply: go-fuse moves a
+	// reply into its own pipe, which can take fewer buffers than ours, and
+	// then answers short; the reader asks again for the rest.
 	inPipe, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
 	if err != nil || off != feed.pos-int64(inPipe) || off >= size {
 		h.endSplice(feed, spliceLeft, err)
@@ -110,30 +110,32 @@ func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func(), ok bool
 		return 0, 0, nil, false
 	}
 	want := int(min(int64(n), size-off))
-	got = inPipe
-	if want > got {
-		moved, err := feed.body.SpliceTo(feed.pw, want-got)
+	if want > inPipe {
+		moved, err := feed.body.SpliceTo(feed.pw, want-inPipe)
 		if err != nil {
 			h.endSplice(feed, spliceError, err)
 			feed.mu.Unlock()
 			return 0, 0, nil, false
 		}
 		feed.pos += int64(moved)
-		got += moved
+		inPipe += moved
 	}
-	if got == 0 {
+	if inPipe == 0 {
 		h.endSplice(feed, spliceError, errors.New("the pipe took no bytes"))
 		feed.mu.Unlock()
 		return 0, 0, nil, false
 	}
-	got = min(got, want)
-	h.f.m.SpliceBytes.Add(float64(got))
-	h.f.m.PosixReadBytes.Add(float64(got))
-	return feed.pr, got, func() {
-		if feed.pos == size {
-			if k, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ); err == nil && k == 0 {
-				h.endSplice(feed, spliceDone, nil)
-			}
+	return feed.pr, min(inPipe, want), func() {
+		// Count what go-fuse took: what it left is counted with the
+		// reply that takes it.
+		left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
+		if err == nil {
+			taken := float64(inPipe - left)
+			h.f.m.SpliceBytes.Add(taken)
+			h.f.m.PosixReadBytes.Add(taken)
+		}
+		if feed.pos == size && err == nil && left == 0 {
+			h.endSplice(feed, spliceDone, nil)
 		}
 		feed.mu.Unlock()
 	}, true
@@ -248,13 +250,17 @@ func newReplyPipe() (pr, pw int, err error) {
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return 0, 0, fmt.Errorf("pipe: %w", err)
 	}
-	if _, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, WantPipeMaxSize); err != nil {
-		_, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, ReplyPipeSize)
+	// The largest the kernel allows of 4, 2 and 1 MiB (SpliceUsable gates
+	// the mount on 2; fewer buffers only make more replies short).
+	for _, size := range []int{WantPipeMaxSize, ReplyPipeSize, ReplyPipeSize / 2} {
+		if _, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, size); err == nil {
+			break
+		}
 	}
 	if err != nil {
 		unix.Close(p[0])
 		unix.Close(p[1])
-		return 0, 0, fmt.Errorf("pipe of %d MiB: %w", ReplyPipeSize>>20, err)
+		return 0, 0, fmt.Errorf("pipe of 1 MiB: %w", err)
 	}
 	return p[0], p[1], nil
 }

@@ -269,8 +269,8 @@ type pipeResult struct {
 }
 
 func (r *pipeResult) Stateful() (uintptr, int) { return uintptr(r.h.pr), r.n }
-func (r *pipeResult) Size() int                 { return r.n }
-func (r *pipeResult) Done()                     {}
+func (r *pipeResult) Size() int                { return r.n }
+func (r *pipeResult) Done()                    {}
 func (r *pipeResult) Bytes(buf []byte) ([]byte, fuse.Status) {
 	// Only if go-fuse could not splice: read the bytes out.
 	b := make([]byte, r.n)

@@ -396,8 +396,8 @@ const pipeRaisedEnv = "S3GDSFS_PIPE_MAX_SIZE_WAS"
 // starts afresh anyway). Without root it leaves the limit, and the mount
 // says why it does not splice.
 func raisePipeLimit(mf *mountFlags, log *slog.Logger) error {
-	if mf.splice == "never" || !mf.stream.on(mf.endpoint) {
-		return nil
+	if mf.splice == "never" || !mf.stream.on(mf.endpoint) || !strings.HasPrefix(mf.endpoint, "http://") {
+		return nil // nothing to splice: leave the limit alone
 	}
 	return raisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "")
 }

@@ -378,8 +378,8 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 	if fd, n, done, ok := fh.h.SpliceRead(off, len(dest)); ok {
 		fh.mount.m.PosixReads.Inc()
 		fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
-		fh.node.stats.posix(n)
-		return pipeResult{fd: fd, n: n, done: done, m: fh.mount.m}, 0
+		stats := &fh.node.stats
+		return pipeResult{fd: fd, n: n, m: fh.mount.m, done: func() { stats.spliced(done()) }}, 0
 	}
 	// The reply is written straight from the cached blocks (one writev),
 	// never copied into dest first.

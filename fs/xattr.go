@@ -107,6 +107,7 @@ func (f *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.
 // looked up.
 type fileStats struct {
 	posixBytes, posixReads          atomic.Int64
+	splicedBytes                    atomic.Int64
 	gpuReads, gpuHTTPBytes, gpuRDMA atomic.Int64
 	gpuDeclined, gpuDeclinedBytes   atomic.Int64
 }
@@ -114,6 +115,13 @@ type fileStats struct {
 func (s *fileStats) posix(n int) {
 	s.posixBytes.Add(int64(n))
 	s.posixReads.Add(1)
+}
+
+// spliced counts a spliced reply (vfs.Handle.SpliceRead) by the bytes the
+// kernel took.
+func (s *fileStats) spliced(n int) {
+	s.posix(n)
+	s.splicedBytes.Add(int64(n))
 }
 
 func (s *fileStats) gpu(r rdmaread.Result) {
@@ -128,12 +136,13 @@ func (s *fileStats) gpu(r rdmaread.Result) {
 
 func (s *fileStats) snapshot() map[string]int64 {
 	return map[string]int64{
-		"posix_read_bytes":   s.posixBytes.Load(),
-		"posix_reads":        s.posixReads.Load(),
-		"gpu_reads":          s.gpuReads.Load(),
-		"gpu_http_bytes":     s.gpuHTTPBytes.Load(),
-		"gpu_rdma_bytes":     s.gpuRDMA.Load(),
-		"gpu_declined":       s.gpuDeclined.Load(),
-		"gpu_declined_bytes": s.gpuDeclinedBytes.Load(),
+		"posix_read_bytes":    s.posixBytes.Load(),
+		"posix_reads":         s.posixReads.Load(),
+		"posix_spliced_bytes": s.splicedBytes.Load(),
+		"gpu_reads":           s.gpuReads.Load(),
+		"gpu_http_bytes":      s.gpuHTTPBytes.Load(),
+		"gpu_rdma_bytes":      s.gpuRDMA.Load(),
+		"gpu_declined":        s.gpuDeclined.Load(),
+		"gpu_declined_bytes":  s.gpuDeclinedBytes.Load(),
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -105,6 +106,20 @@ func TestSplicedReadsAreByteExactAndSkipTheBlocks(t *testing.T) {
 		t.Errorf("requests: %s, want 3 GETs", got)
 	}
 	wantMetric(t, d, "splice_copied_bytes_total", "0", "go-fuse splices every reply on")
+	buf := make([]byte, 64<<10)
+	k, err := syscall.Getxattr(path, "user.s3gdsfs.stats", buf)
+	if err != nil {
+		t.Fatalf("stats xattr: %v", err)
+	}
+	var st struct {
+		Counters map[string]int64 `json:"counters"`
+	}
+	if err := json.Unmarshal(buf[:k], &st); err != nil {
+		t.Fatal(err)
+	}
+	if c := st.Counters; c["posix_spliced_bytes"] != 3*size || c["posix_read_bytes"] != 3*size {
+		t.Errorf("file counters %v, want %d bytes read, all spliced", c, 3*size)
+	}
 	wantMetric(t, d, "block_cache_misses_total", "0", "spliced reads do not go through blocks")
 }
 

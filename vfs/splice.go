@@ -62,12 +62,13 @@ func (h *Handle) AllowSplice() {
 }
 
 // SpliceRead serves [off, off+n) from the handle's spliced GET, starting one
-// at offset 0. On success the pipe's read end fd holds exactly got bytes
-// (fewer than n only at the end of the object) and done must be called once
-// they have been taken out of it. ok is false when the read is not one to
+// at offset 0. On success the pipe's read end fd holds got bytes for the
+// reply (fewer than n at the end of the object, or when the pipe could not
+// take more), and done must be called once they have been taken out of it;
+// it returns how many were. ok is false when the read is not one to
 // splice, or the GET could not serve it: the caller then reads through
 // ReadViews, which serves every read.
-func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func(), ok bool) {
+func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func() (taken int), ok bool) {
 	size := h.obj.version.Size
 	h.mu.Lock()
 	feed := h.splice
@@ -125,19 +126,20 @@ func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func(), ok bool
 		feed.mu.Unlock()
 		return 0, 0, nil, false
 	}
-	return feed.pr, min(inPipe, want), func() {
+	return feed.pr, min(inPipe, want), func() (taken int) {
 		// Count what go-fuse took: what it left is counted with the
 		// reply that takes it.
 		left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
 		if err == nil {
-			taken := float64(inPipe - left)
-			h.f.m.SpliceBytes.Add(taken)
-			h.f.m.PosixReadBytes.Add(taken)
+			taken = inPipe - left
+			h.f.m.SpliceBytes.Add(float64(taken))
+			h.f.m.PosixReadBytes.Add(float64(taken))
 		}
 		if feed.pos == size && err == nil && left == 0 {
 			h.endSplice(feed, spliceDone, nil)
 		}
 		feed.mu.Unlock()
+		return taken
 	}, true
 }
 

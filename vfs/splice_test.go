@@ -99,7 +99,9 @@ func TestSpliceReadCompletesShortRepliesFromThePipe(t *testing.T) {
 			k = n / 3 // go-fuse took only part of the reply
 		}
 		got = append(got, takeFromPipe(t, fd, k)...)
-		done()
+		if taken := done(); taken != k {
+			t.Fatalf("read %d: done says %d bytes taken, %d were", i, taken, k)
+		}
 		off += int64(k)
 	}
 	if !bytes.Equal(got, data) {

@@ -49,16 +49,6 @@ func drainRaw(t *testing.T, b *RawBody) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-func rawTestStore(t *testing.T, srv *testenv.Server, secret string) *Minio {
-	t.Helper()
-	m, err := NewMinio(Config{Endpoint: srv.Endpoint, Region: testenv.Region,
-		Credentials: credentials.NewStaticV4(srv.AccessKey, secret, ""), MaxRetries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // A raw GET carries exactly the bytes of the range, whole object or part,
 // through the socket and a pipe, and the metered layer counts them as it
 // counts ranged GETs.
@@ -67,7 +57,7 @@ func TestGetRawSplicesExactlyTheRange(t *testing.T) {
 	srv.CreateBucket(t, "raw")
 	const size, seed = 5<<20 + 123, 61
 	srv.PutRandomObject(t, "raw", "dir/obj one.bin", size, seed)
-	m := rawTestStore(t, srv, srv.SecretKey)
+	m := minioTestStore(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
 	ms := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
 	store := Metered{Inner: m, M: ms}
 	ctx := context.Background()
@@ -112,7 +102,7 @@ func TestGetRawRefusesWhatGetRangeRefuses(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "raw")
 	srv.PutRandomObject(t, "raw", "obj", 1<<20, 3)
-	m := rawTestStore(t, srv, srv.SecretKey)
+	m := minioTestStore(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
 	ctx := context.Background()
 	obj, err := m.Stat(ctx, "raw", "obj")
 	if err != nil {
@@ -126,7 +116,7 @@ func TestGetRawRefusesWhatGetRangeRefuses(t *testing.T) {
 	if _, err := m.GetRaw(ctx, "raw", "missing", 0, 10, obj.Version); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing key: %v, want ErrNotFound", err)
 	}
-	bad := rawTestStore(t, srv, "wrong-secret")
+	bad := minioTestStore(t, srv.Endpoint, srv.AccessKey, "wrong-secret")
 	if _, err := bad.GetRaw(ctx, "raw", "obj", 0, obj.Size, obj.Version); !errors.Is(err, ErrAccessDenied) {
 		t.Errorf("wrong secret: %v, want ErrAccessDenied", err)
 	}

@@ -24,7 +24,7 @@ import (
 // address; no server here can act on it.
 var rdmaTestToken = rdmatoken.Token{Addr: 0x7f0000000000, Size: 1 << 30, RKey: 0x1234, LID: 1, DCT: 0x42, HasGID: true}.String()
 
-func rdmaTestStore(t *testing.T, endpoint, access, secret string) *Minio {
+func minioTestStore(t *testing.T, endpoint, access, secret string) *Minio {
 	t.Helper()
 	m, err := NewMinio(Config{
 		Endpoint:    endpoint,
@@ -47,7 +47,7 @@ func TestGetRangeRDMAAgainstVersityGWIgnoresToken(t *testing.T) {
 	srv.CreateBucket(t, "rdma")
 	const size, seed = 3<<20 + 17, 41
 	srv.PutRandomObject(t, "rdma", "obj", size, seed)
-	m := rdmaTestStore(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
+	m := minioTestStore(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
 	ctx := context.Background()
 	obj, err := m.Stat(ctx, "rdma", "obj")
 	if err != nil {
@@ -92,7 +92,7 @@ func TestGetRangeRDMARefusesBadTokensWithoutSending(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	defer ts.Close()
-	m := rdmaTestStore(t, ts.URL, "AK", "SK")
+	m := minioTestStore(t, ts.URL, "AK", "SK")
 	small := rdmatoken.Token{Addr: 1, Size: 100}.String()
 	old := rdmaTestToken + ":00007f0000000000:0000000040000000"
 	for name, tok := range map[string]string{
@@ -190,7 +190,7 @@ func TestGetRangeRDMAClassifiesReplies(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ts := httptest.NewServer(c.fixture)
 			defer ts.Close()
-			m := rdmaTestStore(t, ts.URL, "AK", "SK")
+			m := minioTestStore(t, ts.URL, "AK", "SK")
 			rep, err := m.GetRangeRDMA(context.Background(), "bkt", "key", 5, n, Version{ETag: "e1", Size: 100}, rdmaTestToken)
 			switch {
 			case c.err == errAny:
@@ -263,14 +263,14 @@ func TestMeteredGetRangeRDMA(t *testing.T) {
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
 	ts := httptest.NewServer(&replyFixture{status: 206, headers: map[string]string{"x-amz-rdma-reply": "206"}})
 	defer ts.Close()
-	s := Metered{Inner: rdmaTestStore(t, ts.URL, "AK", "SK"), M: m}
+	s := Metered{Inner: minioTestStore(t, ts.URL, "AK", "SK"), M: m}
 	rep, err := s.GetRangeRDMA(context.Background(), "bkt", "key", 0, 10, Version{}, rdmaTestToken)
 	if err != nil || rep.Outcome != RDMAServed {
 		t.Fatalf("%+v, %v", rep, err)
 	}
 	ignored := httptest.NewServer(&replyFixture{status: 200, body: "0123456789"})
 	defer ignored.Close()
-	s.Inner = rdmaTestStore(t, ignored.URL, "AK", "SK")
+	s.Inner = minioTestStore(t, ignored.URL, "AK", "SK")
 	rep, err = s.GetRangeRDMA(context.Background(), "bkt", "key", 0, 10, Version{}, rdmaTestToken)
 	if err != nil || rep.Outcome != RDMATokenIgnored {
 		t.Fatalf("%+v, %v", rep, err)

@@ -320,20 +320,11 @@ func (s Metered) GetRaw(ctx context.Context, bucket, key string, off, n int64, v
 		s.M.BytesInFlight.Sub(float64(n))
 		return nil, err
 	}
-	inner := b.onBytes
+	// Bytes leave the in-flight count as they are taken or given up.
 	b.onBytes = func(k int) {
 		s.M.BytesInFlight.Sub(float64(k))
 		s.M.S3BytesReceived.Add(float64(k))
-		if inner != nil {
-			inner(k)
-		}
 	}
-	innerClose := b.onClose
-	b.onClose = func(left int64) {
-		s.M.BytesInFlight.Sub(float64(left))
-		if innerClose != nil {
-			innerClose(left)
-		}
-	}
+	b.onClose = func(left int64) { s.M.BytesInFlight.Sub(float64(left)) }
 	return b, nil
 }

@@ -183,13 +183,17 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 	sequential = h.isSequential(off)
 	var from, to int64
 	if sequential {
-		h.window = min(h.window, h.f.maxWindow()) // more files may be open now
+		limit := h.f.maxWindow() // more files may be reading now
+		if h.push != nil {
+			limit = h.f.pushWindow()
+		}
+		h.window = min(h.window, limit)
 		if h.prefetchedTo-end < h.window/2 {
 			blocks := h.f.fetch.blockCount(h.obj)
 			from = max(h.prefetchedTo, off) / bs
 			to = min((end+h.window+bs-1)/bs, blocks)
 			h.prefetchedTo = to * bs
-			h.window = min(h.window*2, h.f.maxWindow())
+			h.window = min(h.window*2, limit)
 			if from == 0 && to < blocks && !h.streamTried && !h.f.cfg.NoStream {
 				h.streamTried = true
 				h.stream = newStream(h.f.fetch, h.obj)
@@ -252,6 +256,19 @@ func (f *FS) maxWindow() int64 {
 	share := f.cfg.MemoryLimit / 2 / max(f.readingHandles.Load(), 1)
 	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
 	return max(min(f.cfg.MaxWindow, share), f.cfg.InitialWindow)
+}
+
+// pushWindow is the largest window a pushing handle may grow to now: its
+// share of MaxWindow among the files reading, spliced ones too (at least two parts), within
+// maxWindow. A pushed reader alone reads fastest with the whole window; beside
+// others, its window of parallel ranged GETs and the pushes behind them take
+// the CPU the other readers' replies are copied with: on 16 cores four readers,
+// one of them pushed, read 9.3-9.6 GB/s together with its window at 128 MiB
+// and 11.1 at 32 (docs/benchmarks.md).
+func (f *FS) pushWindow() int64 {
+	share := f.cfg.MaxWindow / max(f.readingHandles.Load()+f.splicingHandles.Load(), 1)
+	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
+	return min(f.maxWindow(), max(share, 2*f.cfg.PartSize))
 }
 
 // fetchAhead starts downloads of blocks [from, to): claims for the stream

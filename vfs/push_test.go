@@ -252,3 +252,58 @@ func TestPushStopsOnRandomReadAndClose(t *testing.T) {
 		}
 	}
 }
+
+// A pushing handle's window is held to its share of MaxWindow among the
+// files reading, spliced ones too (a spliced reader holds no block memory
+// but its replies need the CPU the pushes take), and grows back to the
+// whole window once it reads alone.
+func TestPushWindowIsShared(t *testing.T) {
+	s := newMemStore()
+	data := randomBytes(400*16<<10, 24)
+	s.put("b", "pushed", data, "e1")
+	s.put("b", "spliced", randomBytes(64*16<<10, 25), "e2")
+	cfg := pushConfig()
+	cfg.Splice = true
+	f := newTestFS(t, rawMemStore{s, t}, cfg)
+	hp := openFile(t, f, "pushed")
+	defer hp.Close()
+	hp.PushTo(newPageCacheImage(len(data)))
+	window := func() int64 {
+		hp.mu.Lock()
+		defer hp.mu.Unlock()
+		return hp.window
+	}
+	buf := make([]byte, 16<<10)
+	off := int64(0)
+	readOn := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := hp.ReadAt(context.Background(), buf, off); err != nil || !bytes.Equal(buf, data[off:off+int64(len(buf))]) {
+				t.Fatalf("read at %d: %v or wrong bytes", off, err)
+			}
+			off += int64(len(buf))
+		}
+	}
+
+	hs := openFile(t, f, "spliced")
+	hs.AllowSplice()
+	fd, n, done, ok := hs.SpliceRead(0, 64<<10)
+	if !ok {
+		t.Fatal("the other file's read was not spliced")
+	}
+	takeFromPipe(t, fd, n)
+	done()
+	readOn(60)
+	share := cfg.MaxWindow / 2
+	if w := window(); w != share {
+		t.Fatalf("pushing handle's window %d beside a spliced reader, want its share %d", w, share)
+	}
+	hs.Close()
+	if n := f.splicingHandles.Load(); n != 0 {
+		t.Fatalf("%d splicing handles counted after the spliced file closed", n)
+	}
+	readOn(60)
+	if w := window(); w != cfg.MaxWindow {
+		t.Fatalf("pushing handle's window %d reading alone, want the whole %d", w, cfg.MaxWindow)
+	}
+}

@@ -219,7 +219,8 @@ type FS struct {
 	// pushSlots bounds page-cache pushes in progress (Config.PushWorkers).
 	pushSlots chan struct{}
 
-	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
+	readingHandles  atomic.Int64 // open handles that have read: each one's share of block memory
+	splicingHandles atomic.Int64 // open handles whose reads are spliced (they hold no block memory)
 
 	// readers are the open handles of each object version (by object id),
 	// so that blocks one reader has passed are kept for another behind it.

@@ -7,7 +7,8 @@
 # to compare goes in .dev/alt/s3gdsfs.xz.
 #
 # VARIANTS: one per line, "label|binary|mount flags", binary "s3gdsfs" (the
-# bundle's) or "alt" (.dev/alt). Writes variants.txt (every run's table) and
+# bundle's), "alt" (.dev/alt/s3gdsfs.xz) or the name of another build in
+# .dev/alt (.dev/alt/NAME.xz). Writes variants.txt (every run's table) and
 # summary.txt (one line per run) under $OUT.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-posix-variants}
@@ -20,9 +21,11 @@ for f in .dev/gpu/s3gdsfs.xz .dev/gpu/versitygw.xz .dev/posix/bench.xz .dev/posi
   xz -dc "$f" > "$P/$n"
   chmod +x "$P/$n"
 done
-if [ -f .dev/alt/s3gdsfs.xz ]; then
-  xz -dc .dev/alt/s3gdsfs.xz > "$P/alt" && chmod +x "$P/alt"
-fi
+for f in .dev/alt/*.xz; do
+  [ -f "$f" ] || continue
+  n=$(basename "${f%.xz}"); [ "$n" = s3gdsfs ] && n=alt
+  xz -dc "$f" > "$P/$n" && chmod +x "$P/$n"
+done
 ln -sf fusermount3 "$P/fusermount"
 export PATH="$P:$PATH" VERSITYGW="$P/versitygw"
 echo "host: $(nproc) cores, $(awk '/MemTotal/ {print int($2/1048576) " GiB"}' /proc/meminfo), kernel $(uname -r)" | tee "$OUT/summary.txt"

@@ -106,7 +106,7 @@ func benchMount(ctx context.Context, cfg config, t target, sets objectSets, work
 		for _, o := range sets.forRun(run).Medium {
 			jobs = append(jobs, func(ctx context.Context) (int64, error) { return readFile(ctx, o) })
 		}
-		return parallel(ctx, len(jobs), jobs)
+		return parallel(ctx, len(jobs), eachTimed(four, jobs))
 	})
 
 	if ctx.Err() != nil {

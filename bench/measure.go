@@ -28,6 +28,12 @@ type measurement struct {
 	// mount), the filesystem's daemon, and the S3 server. On a machine that
 	// runs all three, their sum is what bounds throughput.
 	CPUPerGB map[string]float64 `json:"cpu_seconds_per_gb,omitempty"`
+	// ReaderGBps is, for tests of readers at once, each reader's own rate
+	// in every timed run: the run's rate is the bytes over the time until
+	// the slowest finished, and the spread says which reader held it back.
+	ReaderGBps [][]float64 `json:"reader_gbps,omitempty"`
+	// readers collects the rates of the run in progress (eachTimed).
+	readers []float64
 }
 
 func (m *measurement) ok() bool { return m.Error == "" && len(m.GBps) > 0 }
@@ -86,6 +92,7 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 		if warm {
 			copyIndex = cfg.runs
 		}
+		m.readers = nil
 		n, err := read(runCtx, copyIndex)
 		elapsed := time.Since(start)
 		cpuUsed := cpu.used()
@@ -108,6 +115,9 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 			continue
 		}
 		gbps := float64(n) / elapsed.Seconds() / 1e9
+		if m.readers != nil {
+			m.ReaderGBps = append(m.ReaderGBps, m.readers)
+		}
 		m.Seconds = append(m.Seconds, elapsed.Seconds())
 		m.GBps = append(m.GBps, gbps)
 		for role, secs := range cpuUsed {

@@ -58,7 +58,7 @@ func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, sets objectS
 		for _, o := range sets.forRun(run).Medium {
 			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, o, 0, o.Size) })
 		}
-		return parallel(ctx, len(jobs), jobs)
+		return parallel(ctx, len(jobs), eachTimed(four, jobs))
 	})
 
 	all := []*measurement{single, ranges, four}

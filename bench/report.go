@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -159,6 +161,7 @@ func (r *report) table() string {
 		}
 	}
 	tw.Flush()
+	readerSpread(&b, r.Measurements)
 
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -215,4 +218,29 @@ func cpuColumn(c map[string]float64) string {
 		total += v
 	}
 	return fmt.Sprintf("%s+%s+%s=%.2f", part("reader"), part("fs"), part("server"), total)
+}
+
+// readerSpread lists, for tests of readers at once, each reader's GB/s in
+// every run, slowest first: the run's rate is set by the slowest.
+func readerSpread(b *bytes.Buffer, ms []*measurement) {
+	header := false
+	for _, x := range ms {
+		if !x.ok() || len(x.ReaderGBps) == 0 {
+			continue
+		}
+		if !header {
+			b.WriteString("\neach reader's GB/s per run, slowest first (a run's rate is set by its slowest):\n")
+			header = true
+		}
+		var runs []string
+		for _, rates := range x.ReaderGBps {
+			sorted := slices.Sorted(slices.Values(rates))
+			each := make([]string, len(sorted))
+			for i, v := range sorted {
+				each[i] = fmt.Sprintf("%.2f", v)
+			}
+			runs = append(runs, strings.Join(each, " "))
+		}
+		fmt.Fprintf(b, "  %-8s %-6s %s\n", x.Target, x.Test, strings.Join(runs, " | "))
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 )
 
 // readSize is the size of each read call: 1 MiB, as a typical loader does.
@@ -37,6 +38,23 @@ func drain(ctx context.Context, o object, off int64, r io.Reader) (int64, error)
 
 // parallel runs jobs on workers goroutines and sums their byte counts;
 // the first error cancels the rest.
+// eachTimed wraps jobs run at once so that each notes its own rate in m
+// (measurement.ReaderGBps).
+func eachTimed(m *measurement, jobs []func(context.Context) (int64, error)) []func(context.Context) (int64, error) {
+	rates := make([]float64, len(jobs))
+	m.readers = rates
+	timed := make([]func(context.Context) (int64, error), len(jobs))
+	for i, job := range jobs {
+		timed[i] = func(ctx context.Context) (int64, error) {
+			start := time.Now()
+			n, err := job(ctx)
+			rates[i] = float64(n) / time.Since(start).Seconds() / 1e9
+			return n, err
+		}
+	}
+	return timed
+}
+
 func parallel(ctx context.Context, workers int, jobs []func(context.Context) (int64, error)) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -17,10 +17,11 @@ one() { # one MODE RA_KB [pushexp flags]
   "$BIN/pushexp" -mode "$mode" -size "$SIZE" -readahead $((64 << 20)) "$@" "$PMP" 2> "$OUT/pushexp.log" &
   local pid=$!
   for _ in $(seq 100); do grep -q mounted "$OUT/pushexp.log" && break; sleep 0.1; done
-  dev=$(stat -c '%d' "$PMP"); bdi=/sys/class/bdi/$((dev >> 8)):$((dev & 255))/read_ahead_kb
+  bdi=/sys/class/bdi/$(stat -c '%Hd:%Ld' "$PMP")/read_ahead_kb
   echo "$ra" > "$bdi"
   sync; echo 3 > /proc/sys/vm/drop_caches
-  python3 - "$PMP/f" "$mode ra=$(cat "$bdi")KiB" <<'PY'
+  local line
+  line=$(python3 - "$PMP/f" "$mode ra=$(cat "$bdi")KiB" <<'PY'
 import hashlib, mmap, os, resource, sys, time
 fd = os.open(sys.argv[1], os.O_RDONLY); buf = mmap.mmap(-1, 1 << 20); n = 0
 r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.perf_counter()
@@ -33,8 +34,12 @@ while b := os.read(fd, 1 << 22):
     h.update(b)
 print(f"{sys.argv[2]}: {n / t / 1e9:.3f} GB/s, reader CPU {cpu / (n / 1e9):.3f} s/GB, md5 {h.hexdigest()}")
 PY
+)
+  echo "$line"
   kill -INT "$pid"; wait "$pid" || true
   grep -E "^(md5|read requests)" "$OUT/pushexp.log" | tr '\n' ' '; echo
+  # The bytes read are the bytes served.
+  [ "${line##* }" = "$(awk '/^md5/ {print $2}' "$OUT/pushexp.log")" ] || { echo "md5 differs"; exit 1; }
 }
 {
   echo "$(nproc) CPUs, $(uname -r)"

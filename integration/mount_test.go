@@ -75,7 +75,9 @@ func fileSHA256(t *testing.T, path string, bufSize int) string {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, make([]byte, bufSize)); err != nil {
+	// Only the reader's Read: *os.File's WriteTo would copy with buffers
+	// of its own (32 KiB) and the reads would not be of bufSize.
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, make([]byte, bufSize)); err != nil {
 		t.Fatalf("read %s: %v", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil))

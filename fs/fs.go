@@ -371,11 +371,15 @@ var (
 
 func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
-	if fd, n, done, ok := fh.h.SpliceRead(off, len(dest)); ok {
+	if r, ok := fh.h.SpliceRead(off, len(dest)); ok {
 		fh.mount.m.PosixReads.Inc()
 		fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
 		stats := &fh.node.stats
-		return pipeResult{fd: fd, n: n, m: fh.mount.m, done: func() { stats.spliced(done()) }}, 0
+		if r.Data != nil {
+			stats.posix(len(r.Data))
+			return fuse.ReadResultData(r.Data), 0
+		}
+		return pipeResult{fd: r.FD, n: r.N, m: fh.mount.m, done: func() { stats.spliced(r.Done()) }}, 0
 	}
 	// The reply is written straight from the cached blocks (one writev),
 	// never copied into dest first.

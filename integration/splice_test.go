@@ -273,3 +273,37 @@ func TestSpliceAlwaysWhereItCannotWorkFailsTheMount(t *testing.T) {
 		t.Fatalf("--splice=sometimes: %v, want an error naming --splice", err)
 	}
 }
+
+// A body that arrives in many small packets (as over a network of
+// 1500-byte frames) brings buffers smaller than pages, more than a reply's
+// pipe holds: those replies are copied, the rest of each straight from the
+// socket, and the GET goes on to the end. Every byte is right and counted
+// once, as spliced or as copied, and nothing is dropped between the pipes.
+func TestSplicedBodyInSmallPacketsIsCopiedAndExact(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 3<<20 + 99, 76
+	sum := srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{SegmentSize: 1000, SegmentGap: 20 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.S3.Endpoint = proxy.URL })
+	if got := fileSHA256(t, filepath.Join(mp, "big.bin"), 1<<20); got != sum {
+		t.Fatalf("sha256 %s, want %s", got, sum)
+	}
+	wantMetric(t, d, "splice_ends_total", "map[done:1]", "one GET to the end")
+	wantMetric(t, d, "splice_copied_bytes_total", "0", "go-fuse refused no reply")
+	snap, err := d.Metrics.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, spliced := snap["splice_small_buffer_bytes_total"].(float64), snap["splice_bytes_total"].(float64)
+	if small == 0 || small+spliced != size {
+		t.Errorf("%v bytes copied for small buffers, %v spliced: want some copied, %d in all", small, spliced, size)
+	}
+	if got := metric(t, d, "s3_requests_total"); !strings.Contains(got, "get,ok:1") {
+		t.Errorf("requests: %s, want the one GET", got)
+	}
+}

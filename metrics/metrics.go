@@ -68,6 +68,9 @@ type Set struct {
 	// SpliceCopied counts spliced bytes go-fuse could not splice on and
 	// copied through the daemon instead.
 	SpliceCopied prometheus.Counter
+	// SpliceSmallBuffers counts spliced GETs' bytes copied into replies
+	// because the socket brought them in buffers too small to splice.
+	SpliceSmallBuffers prometheus.Counter
 
 	importsOpen atomic.Pointer[func() float64]
 }
@@ -167,6 +170,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.SpliceCopied = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_copied_bytes_total", Help: "Bytes read from a spliced GET's pipe and copied into the reply because go-fuse could not splice them on (its pipes are too small: fs.pipe-max-size was below 2 MiB when the daemon started).",
 	})
+	s.SpliceSmallBuffers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_small_buffer_bytes_total", Help: "Bytes of spliced GETs copied into the reply because the socket brought them in buffers smaller than pages (packets of a 1500-byte frame network), more than one reply's pipe holds.",
+	})
 	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
 	}, []string{"errno"})
@@ -226,7 +232,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
-		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

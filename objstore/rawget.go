@@ -135,6 +135,35 @@ func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
 	return got, serr
 }
 
+// ReadFull copies the next len(p) bytes of the body into p: for bytes that
+// cannot be spliced. Its errors are SpliceTo's.
+func (b *RawBody) ReadFull(p []byte) error {
+	if b.closed {
+		return errors.New("read from a closed body")
+	}
+	if int64(len(p)) > b.left {
+		return fmt.Errorf("read of %d bytes from a body with %d left", len(p), b.left)
+	}
+	got := copy(p, b.head)
+	b.head = b.head[got:]
+	b.taken(got)
+	for got < len(p) {
+		if b.timeout > 0 {
+			b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+		}
+		k, err := b.conn.Read(p[got:])
+		got += k
+		b.taken(k)
+		if err == io.EOF && got < len(p) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil && got < len(p) {
+			return fmt.Errorf("body after %d of %d bytes: %w", got, len(p), err)
+		}
+	}
+	return nil
+}
+
 // pipeFull reports whether the pipe has no buffer free.
 func pipeFull(pipeW int) bool {
 	p := []unix.PollFd{{Fd: int32(pipeW), Events: unix.POLLOUT}}

@@ -264,7 +264,7 @@ func TestPushWindowIsShared(t *testing.T) {
 	s.put("b", "spliced", randomBytes(64*16<<10, 25), "e2")
 	cfg := pushConfig()
 	cfg.Splice = true
-	f := newTestFS(t, rawMemStore{s, t}, cfg)
+	f := newTestFS(t, rawMemStore{memStore: s, t: t}, cfg)
 	hp := openFile(t, f, "pushed")
 	defer hp.Close()
 	hp.PushTo(newPageCacheImage(len(data)))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -36,7 +38,8 @@ type spliceFeed struct {
 	mu     sync.Mutex
 	body   *objstore.RawBody // nil once ended
 	pr, pw int               // the pipe: read end for the reply, write end for the socket
-	pos    int64             // next byte of the object the socket brings (the pipe holds the bytes before it)
+	size   int               // the pipe's capacity now (replyPipeSize of the reply)
+	pos    int64             // next byte of the object the socket brings
 	// share is set when another handle of the version starts reading: the
 	// feed ends at its next read and ordinary reads, whose blocks the two
 	// share, take over.
@@ -61,14 +64,23 @@ func (h *Handle) AllowSplice() {
 	h.mu.Unlock()
 }
 
+// SplicedReply is one read's reply from a spliced GET: N bytes waiting in
+// the pipe FD, for the FUSE layer to splice on, or Data, copied out of the
+// socket where its bytes came in buffers too small for one reply's pipe.
+// Done, for a pipe, must be called once the reply has been written; it
+// returns how many bytes left the pipe.
+type SplicedReply struct {
+	FD, N int
+	Done  func() (taken int)
+	Data  []byte
+}
+
 // SpliceRead serves [off, off+n) from the handle's spliced GET, starting one
-// at offset 0. On success the pipe's read end fd holds got bytes for the
-// reply (fewer than n at the end of the object, or when the pipe could not
-// take more), and done must be called once they have been taken out of it;
-// it returns how many were. ok is false when the read is not one to
-// splice, or the GET could not serve it: the caller then reads through
-// ReadViews, which serves every read.
-func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func() (taken int), ok bool) {
+// at offset 0; the reply is n bytes, fewer only at the end of the object.
+// ok is false when the read is not one to splice, or the GET could not
+// serve it: the caller then reads through ReadViews, which serves every
+// read.
+func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	size := h.obj.version.Size
 	h.mu.Lock()
 	feed := h.splice
@@ -77,10 +89,10 @@ func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func() (taken i
 		h.spliceTried = h.spliceTried || start
 		h.mu.Unlock()
 		if !start || h.othersActive() {
-			return 0, 0, nil, false
+			return r, false
 		}
 		if feed = h.openSplice(); feed == nil {
-			return 0, 0, nil, false
+			return r, false
 		}
 		// No read comes after the release that closes the handle, so
 		// Close will find the feed set here.
@@ -95,53 +107,121 @@ func (h *Handle) SpliceRead(off int64, n int) (fd, got int, done func() (taken i
 	feed.mu.Lock()
 	if feed.body == nil {
 		feed.mu.Unlock()
-		return 0, 0, nil, false
+		return r, false
 	}
 	if feed.share.Load() {
 		h.endSplice(feed, spliceShared, nil)
 		feed.mu.Unlock()
-		return 0, 0, nil, false
+		return r, false
 	}
-	// The pipe may still hold the end of the last reply: go-fuse moves a
-	// reply into its own pipe, which can take fewer buffers than ours, and
-	// then answers short; the reader asks again for the rest.
+	// Every reply leaves the pipe whole; bytes still in it are of a reply
+	// that was not delivered (its request was interrupted), and the reader
+	// asks for them again: ordinary reads serve from there.
 	inPipe, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
-	if err != nil || off != feed.pos-int64(inPipe) || off >= size {
+	if err != nil || inPipe != 0 || off != feed.pos || off >= size {
+		if err == nil && inPipe != 0 {
+			err = fmt.Errorf("%d bytes of a reply left in the pipe", inPipe)
+		}
 		h.endSplice(feed, spliceLeft, err)
 		feed.mu.Unlock()
-		return 0, 0, nil, false
+		return r, false
 	}
 	want := int(min(int64(n), size-off))
-	if want > inPipe {
-		moved, err := feed.body.SpliceTo(feed.pw, want-inPipe)
-		if err != nil {
-			h.endSplice(feed, spliceError, err)
-			feed.mu.Unlock()
-			return 0, 0, nil, false
-		}
-		feed.pos += int64(moved)
-		inPipe += moved
-	}
-	if inPipe == 0 {
-		h.endSplice(feed, spliceError, errors.New("the pipe took no bytes"))
+	moved, err := feed.fill(want)
+	if err != nil {
+		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
-		return 0, 0, nil, false
+		return r, false
 	}
-	return feed.pr, min(inPipe, want), func() (taken int) {
-		// Count what go-fuse took: what it left is counted with the
-		// reply that takes it.
-		left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
-		if err == nil {
-			taken = inPipe - left
-			h.f.m.SpliceBytes.Add(float64(taken))
-			h.f.m.PosixReadBytes.Add(float64(taken))
-		}
-		if feed.pos == size && err == nil && left == 0 {
-			h.endSplice(feed, spliceDone, nil)
-		}
+	if moved == want && pipeHasRoom(feed.pw) {
+		return SplicedReply{FD: feed.pr, N: want, Done: func() (taken int) {
+			defer feed.mu.Unlock()
+			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
+			if err == nil {
+				taken = want - left
+				h.f.m.SpliceBytes.Add(float64(taken))
+				h.f.m.PosixReadBytes.Add(float64(taken))
+			}
+			switch {
+			case err != nil || left != 0:
+				feed.pos = off + int64(taken) // where the reader is
+				h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes written in part (%d): %v", want, taken, err))
+			case feed.pos == size:
+				h.endSplice(feed, spliceDone, nil)
+			}
+			return taken
+		}}, true
+	}
+	// The pipe filled before it held the reply, or without a buffer to
+	// spare: the socket brought small buffers (packets of a 1500-byte
+	// frame network, not pages), more than go-fuse's pipe behind the reply
+	// header could take, and it would send what fits and drop the rest.
+	// Copy this reply instead, the rest of it straight from the socket.
+	data, err := feed.copyOut(moved, want)
+	if err != nil {
+		feed.pos = off
+		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
-		return taken
-	}, true
+		return r, false
+	}
+	h.f.m.SpliceSmallBuffers.Add(float64(want))
+	h.f.m.PosixReadBytes.Add(float64(want))
+	if feed.pos == size {
+		h.endSplice(feed, spliceDone, nil)
+	}
+	feed.mu.Unlock()
+	return SplicedReply{Data: data}, true
+}
+
+// fill sizes the pipe for a reply of want bytes and splices up to that many
+// from the socket into it, as many as it takes.
+func (feed *spliceFeed) fill(want int) (int, error) {
+	if size := replyPipeSize(want); size != feed.size {
+		if _, err := unix.FcntlInt(uintptr(feed.pw), unix.F_SETPIPE_SZ, size); err != nil {
+			return 0, fmt.Errorf("pipe of %d bytes: %w", size, err)
+		}
+		feed.size = size
+	}
+	moved, err := feed.body.SpliceTo(feed.pw, want)
+	feed.pos += int64(moved)
+	return moved, err
+}
+
+// copyOut reads the moved bytes in the pipe and the rest of a reply of want
+// bytes from the socket.
+func (feed *spliceFeed) copyOut(moved, want int) ([]byte, error) {
+	data := make([]byte, want)
+	for got := 0; got < moved; {
+		k, err := unix.Read(feed.pr, data[got:moved])
+		if err != nil || k == 0 {
+			return nil, fmt.Errorf("read from the pipe after %d of %d bytes: %v", got, moved, err)
+		}
+		got += k
+	}
+	if err := feed.body.ReadFull(data[moved:]); err != nil {
+		return nil, err
+	}
+	feed.pos += int64(want - moved)
+	return data, nil
+}
+
+// replyPipeSize is the capacity of the pipe a reply of n bytes waits in:
+// that of the pipe go-fuse moves it into behind the reply's header (it
+// grows one to the reply, its 16-byte header and a page; the kernel rounds
+// a pipe's size up to a power of two pages). go-fuse's pipe takes every
+// buffer of a reply that left ours a buffer free (one more for the
+// header), whatever the sizes of the buffers.
+func replyPipeSize(n int) int {
+	page := os.Getpagesize()
+	pages := (n + 16 + 2*page - 1) / page
+	return page << bits.Len(uint(pages-1))
+}
+
+// pipeHasRoom reports whether the pipe has a buffer free.
+func pipeHasRoom(pw int) bool {
+	p := []unix.PollFd{{Fd: int32(pw), Events: unix.POLLOUT}}
+	n, err := unix.Poll(p, 0)
+	return err == nil && n == 1
 }
 
 // othersActive reports whether another handle of the version reads, or
@@ -241,37 +321,24 @@ func (h *Handle) closeSplice() {
 }
 
 // ReplyPipeSize is what a pipe must hold for splicing: one reply of up to
-// 1 MiB (the kernel's largest read) and go-fuse's header before it, rounded
-// up by the kernel to a power of two pages.
+// 1 MiB (the kernel's largest read) and go-fuse's header before it
+// (replyPipeSize(1 MiB)).
 const ReplyPipeSize = 2 << 20
 
 // newReplyPipe makes the pipe one spliced handle's replies pass through,
-// non-blocking (a full pipe must not stall the socket's reader). Its
-// capacity is in buffers, and a socket's bytes may fill a buffer each with
-// less than a page, so it is made larger than a reply where allowed.
+// non-blocking (a full pipe must not stall the socket's reader); each
+// reply sizes it (spliceFeed.fill).
 func newReplyPipe() (pr, pw int, err error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return 0, 0, fmt.Errorf("pipe: %w", err)
 	}
-	// The largest the kernel allows of 4, 2 and 1 MiB (SpliceUsable gates
-	// the mount on 2; fewer buffers only make more replies short).
-	for _, size := range []int{WantPipeMaxSize, ReplyPipeSize, ReplyPipeSize / 2} {
-		if _, err = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, size); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return 0, 0, fmt.Errorf("pipe of 1 MiB: %w", err)
-	}
 	return p[0], p[1], nil
 }
 
 // PipeMaxSize is the sysctl that bounds the pipes of a process without
-// CAP_SYS_RESOURCE (1 MiB by default), and WantPipeMaxSize what splicing
-// needs of it: a spliced handle's pipe (2 x ReplyPipeSize where allowed).
+// CAP_SYS_RESOURCE (1 MiB by default), and WantPipeMaxSize what the
+// command raises it to: twice what a reply needs.
 const (
 	PipeMaxSize     = "/proc/sys/fs/pipe-max-size"
 	WantPipeMaxSize = 2 * ReplyPipeSize

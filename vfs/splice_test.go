@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -17,6 +18,9 @@ import (
 type rawMemStore struct {
 	*memStore
 	t *testing.T
+	// segment, when set, sends bodies in writes of that many bytes with a
+	// pause after each: small packets, not pages.
+	segment int
 }
 
 func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (*objstore.RawBody, error) {
@@ -34,7 +38,15 @@ func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int6
 			return
 		}
 		defer c.Close()
-		c.Write(data)
+		for rest := data; len(rest) > 0 && r.segment > 0; rest = rest[min(r.segment, len(rest)):] {
+			if _, err := c.Write(rest[:min(r.segment, len(rest))]); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		if r.segment == 0 {
+			c.Write(data)
+		}
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -64,23 +76,37 @@ func takeFromPipe(t *testing.T, fd, k int) []byte {
 	return out
 }
 
-// spliceWhole serves one read of h by splicing and takes the whole reply
-// out of the pipe, as go-fuse does when it moves it all.
-func spliceWhole(t *testing.T, h *Handle, off int64, n int) []byte {
+// spliceWhole serves one read of h by splicing and takes the whole reply,
+// out of the pipe as go-fuse does, or copied.
+func spliceWhole(t *testing.T, h *Handle, off int64, n int) (b []byte, copied bool) {
 	t.Helper()
-	fd, got, done, ok := h.SpliceRead(off, n)
+	r, ok := h.SpliceRead(off, n)
 	if !ok {
 		t.Fatalf("read of %d bytes at %d not spliced", n, off)
 	}
-	b := takeFromPipe(t, fd, got)
-	done()
-	return b
+	if r.Data != nil {
+		return r.Data, true
+	}
+	b = takeFromPipe(t, r.FD, r.N)
+	if taken := r.Done(); taken != r.N {
+		t.Fatalf("done says %d bytes taken, %d were", taken, r.N)
+	}
+	return b, false
 }
 
-// A reply go-fuse moved only in part is completed at the reader's next
-// request from what is left in the pipe; reads elsewhere end the feed and
-// go the ordinary way.
-func TestSpliceReadCompletesShortRepliesFromThePipe(t *testing.T) {
+func openSpliced(t *testing.T, f *FS, key string) *Handle {
+	t.Helper()
+	h := openFile(t, f, key)
+	t.Cleanup(func() { h.Close() })
+	h.AllowSplice()
+	return h
+}
+
+// Every reply is whole: the read's size, less only at the end of the
+// object. A reply go-fuse took only in part (its request was interrupted)
+// ends the feed: the reader asks again for what it did not get, and the
+// ordinary read that serves it is right. So is one elsewhere.
+func TestSpliceReadRepliesWholeAndHandsOverWhenAReplyIsNotTaken(t *testing.T) {
 	ms := newMemStore()
 	const size = 5<<20 + 77
 	data := make([]byte, size)
@@ -88,34 +114,17 @@ func TestSpliceReadCompletesShortRepliesFromThePipe(t *testing.T) {
 		data[i] = byte(i*7 + i>>11)
 	}
 	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{ms, t}, Config{Splice: true})
-	e, err := f.Lookup(context.Background(), f.Root(), "obj")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := f.Open(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	h.AllowSplice()
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true})
 
+	h := openSpliced(t, f, "obj")
 	var got []byte
-	off := int64(0)
-	for i := 0; off < size; i++ {
-		fd, n, done, ok := h.SpliceRead(off, 1<<20)
-		if !ok {
-			t.Fatalf("read %d at %d: not spliced", i, off)
+	for off := int64(0); off < size; {
+		b, copied := spliceWhole(t, h, off, 1<<20)
+		if copied || len(b) != int(min(1<<20, size-off)) {
+			t.Fatalf("reply at %d: %d bytes, copied %v: want a whole one, spliced", off, len(b), copied)
 		}
-		k := n
-		if i%2 == 1 {
-			k = n / 3 // go-fuse took only part of the reply
-		}
-		got = append(got, takeFromPipe(t, fd, k)...)
-		if taken := done(); taken != k {
-			t.Fatalf("read %d: done says %d bytes taken, %d were", i, taken, k)
-		}
-		off += int64(k)
+		got = append(got, b...)
+		off += int64(len(b))
 	}
 	if !bytes.Equal(got, data) {
 		t.Fatalf("spliced %d bytes, not the object's", len(got))
@@ -128,23 +137,75 @@ func TestSpliceReadCompletesShortRepliesFromThePipe(t *testing.T) {
 		t.Errorf("splice ends %s, want one done", ends)
 	}
 	if b := snap["splice_bytes_total"]; b != float64(size) {
-		t.Errorf("spliced bytes %v, want each byte counted once: %d", b, size)
+		t.Errorf("spliced bytes %v, want %d", b, size)
 	}
 
-	// A second handle reads at an offset other than where its GET is: the
-	// feed ends and the read goes the ordinary way, whose bytes are right.
-	h2, err := f.Open(e)
+	// A second handle: go-fuse takes a third of its second reply.
+	h2 := openFile(t, f, "obj")
+	h2.AllowSplice()
+	spliceWhole(t, h2, 0, 1<<20)
+	r, ok := h2.SpliceRead(1<<20, 1<<20)
+	if !ok {
+		t.Fatal("second read not spliced")
+	}
+	takeFromPipe(t, r.FD, r.N/3)
+	if taken := r.Done(); taken != r.N/3 {
+		t.Fatalf("done says %d taken, want %d", taken, r.N/3)
+	}
+	at := int64(1<<20 + r.N/3)
+	if _, ok := h2.SpliceRead(at, 1<<20); ok {
+		t.Fatal("a read after a reply taken in part was spliced")
+	}
+	buf := make([]byte, 1<<20)
+	if _, err := h2.ReadAt(context.Background(), buf, at); err != nil || !bytes.Equal(buf, data[at:at+1<<20]) {
+		t.Fatalf("ordinary read after the feed ended: %v or wrong bytes", err)
+	}
+
+	h2.Close() // an ordinary reader of the object: no splice beside it
+
+	// A third reads at an offset other than where its GET is.
+	h3 := openSpliced(t, f, "obj")
+	spliceWhole(t, h3, 0, 1<<20)
+	if _, ok := h3.SpliceRead(3<<20, 1<<20); ok {
+		t.Fatal("a read elsewhere was spliced")
+	}
+	if _, err := h3.ReadAt(context.Background(), buf, 3<<20); err != nil || !bytes.Equal(buf, data[3<<20:4<<20]) {
+		t.Fatalf("ordinary read after the feed ended: %v or wrong bytes", err)
+	}
+}
+
+// A socket that brings its bytes in small packets fills the reply's pipe
+// with buffers before a reply's worth: those replies are copied, the rest
+// of each straight from the socket, and every byte is right; the GET goes
+// on to the end.
+func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
+	ms := newMemStore()
+	const size = 1<<20 + 333
+	data := randomBytes(size, 27)
+	ms.put("b", "obj", data, "e1")
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t, segment: 700}, Config{Splice: true})
+	h := openSpliced(t, f, "obj")
+	var got []byte
+	copiedBytes := 0
+	for off := int64(0); off < size; {
+		b, copied := spliceWhole(t, h, off, 256<<10)
+		if copied {
+			copiedBytes += len(b)
+		}
+		got = append(got, b...)
+		off += int64(len(b))
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("bytes differ from the object")
+	}
+	snap, err := f.m.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h2.Close()
-	h2.AllowSplice()
-	spliceWhole(t, h2, 0, 1<<20)
-	if _, _, _, ok := h2.SpliceRead(3<<20, 1<<20); ok {
-		t.Fatal("a read elsewhere was spliced")
+	if copiedBytes == 0 || snap["splice_small_buffer_bytes_total"] != float64(copiedBytes) {
+		t.Errorf("%d bytes copied, counted %v: want some, each counted", copiedBytes, snap["splice_small_buffer_bytes_total"])
 	}
-	buf := make([]byte, 1<<20)
-	if _, err := h2.ReadAt(context.Background(), buf, 3<<20); err != nil || !bytes.Equal(buf, data[3<<20:4<<20]) {
-		t.Fatalf("ordinary read after the feed ended: %v or wrong bytes", err)
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want one done", ends)
 	}
 }

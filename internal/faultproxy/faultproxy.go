@@ -97,6 +97,13 @@ type Config struct {
 	// StallFor is how long a stall lasts unless the client leaves first;
 	// 0 means a minute. Close ends every stall at once.
 	StallFor time.Duration
+	// SegmentSize, when set, sends the bodies of replies without a fault
+	// in writes of this many bytes, each flushed on its own and SegmentGap
+	// after the last: many small packets, as a slow or distant link
+	// delivers them (the gap keeps the receiver from finding several
+	// queued at once, which the kernel would merge).
+	SegmentSize int
+	SegmentGap  time.Duration
 }
 
 // Proxy is a running fault-injecting proxy.
@@ -246,11 +253,36 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if k == None {
 		copyHeader(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
-		io.Copy(w, resp.Body)
+		if p.cfg.SegmentSize > 0 {
+			writeSegments(w, resp.Body, p.cfg.SegmentSize, p.cfg.SegmentGap)
+		} else {
+			io.Copy(w, resp.Body)
+		}
 		return
 	}
 	p.count(k)
 	p.breakBody(w, resp, k, frac)
+}
+
+// writeSegments copies body to w in writes of size bytes, flushing each
+// and pausing gap after it.
+func writeSegments(w http.ResponseWriter, body io.Reader, size int, gap time.Duration) {
+	flush := http.NewResponseController(w).Flush
+	buf := make([]byte, size)
+	for {
+		n, err := io.ReadFull(body, buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil || flush() != nil {
+				return
+			}
+			if gap > 0 {
+				time.Sleep(gap)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // forward sends r to the upstream server with its headers (Host included).

@@ -129,6 +129,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	want := int(min(int64(n), size-off))
 	moved, err := feed.fill(want)
 	if err != nil {
+		feed.pos = off // the reader's place: what reached the pipe goes with it
 		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
 		return r, false

@@ -111,7 +111,7 @@ func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
 			case e == unix.EAGAIN:
 				// The socket has nothing now, or the pipe is full; only
 				// the first is worth waiting for.
-				return pipeFull(pipeW)
+				return !PipeHasRoom(pipeW)
 			case e == unix.EINTR:
 				continue
 			case e != nil:
@@ -164,11 +164,12 @@ func (b *RawBody) ReadFull(p []byte) error {
 	return nil
 }
 
-// pipeFull reports whether the pipe has no buffer free.
-func pipeFull(pipeW int) bool {
+// PipeHasRoom reports whether the pipe whose write end is pipeW has a
+// buffer free.
+func PipeHasRoom(pipeW int) bool {
 	p := []unix.PollFd{{Fd: int32(pipeW), Events: unix.POLLOUT}}
 	n, err := unix.Poll(p, 0)
-	return err == nil && n == 0
+	return err == nil && n == 1
 }
 
 func (b *RawBody) taken(k int) {

@@ -134,7 +134,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		feed.mu.Unlock()
 		return r, false
 	}
-	if moved == want && pipeHasRoom(feed.pw) {
+	if moved == want && objstore.PipeHasRoom(feed.pw) {
 		return SplicedReply{FD: feed.pr, N: want, Done: func() (taken int) {
 			defer feed.mu.Unlock()
 			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
@@ -216,13 +216,6 @@ func replyPipeSize(n int) int {
 	page := os.Getpagesize()
 	pages := (n + 16 + 2*page - 1) / page
 	return page << bits.Len(uint(pages-1))
-}
-
-// pipeHasRoom reports whether the pipe has a buffer free.
-func pipeHasRoom(pw int) bool {
-	p := []unix.PollFd{{Fd: int32(pw), Events: unix.POLLOUT}}
-	n, err := unix.Poll(p, 0)
-	return err == nil && n == 1
 }
 
 // othersActive reports whether another handle of the version reads, or

@@ -40,6 +40,9 @@ type spliceFeed struct {
 	pr, pw int               // the pipe: read end for the reply, write end for the socket
 	size   int               // the pipe's capacity now (replyPipeSize of the reply)
 	pos    int64             // next byte of the object the socket brings
+	// copying counts replies still to copy without trying the pipe: the
+	// socket's last reply came in buffers too small for it.
+	copying int
 	// share is set when another handle of the version starts reading: the
 	// feed ends at its next read and ordinary reads, whose blocks the two
 	// share, take over.
@@ -127,14 +130,15 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		return r, false
 	}
 	want := int(min(int64(n), size-off))
-	moved, err := feed.fill(want)
-	if err != nil {
+	moved, tried := 0, feed.copying == 0
+	if !tried {
+		feed.copying--
+	} else if moved, err = feed.fill(want); err != nil {
 		feed.pos = off // the reader's place: what reached the pipe goes with it
 		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
 		return r, false
-	}
-	if moved == want && objstore.PipeHasRoom(feed.pw) {
+	} else if moved == want && objstore.PipeHasRoom(feed.pw) {
 		return SplicedReply{FD: feed.pr, N: want, Done: func() (taken int) {
 			defer feed.mu.Unlock()
 			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
@@ -157,7 +161,12 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	// spare: the socket brought small buffers (packets of a 1500-byte
 	// frame network, not pages), more than go-fuse's pipe behind the reply
 	// header could take, and it would send what fits and drop the rest.
-	// Copy this reply instead, the rest of it straight from the socket.
+	// Copy this reply instead, the rest of it straight from the socket,
+	// and the next few straight from the socket too (trying the pipe
+	// costs a splice whose bytes are then copied anyway).
+	if tried {
+		feed.copying = copyRun
+	}
 	data, err := feed.copyOut(moved, want)
 	if err != nil {
 		feed.pos = off
@@ -173,6 +182,11 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	feed.mu.Unlock()
 	return SplicedReply{Data: data}, true
 }
+
+// copyRun is how many replies after one of small buffers are copied
+// without trying the pipe: the socket is tried again every 16 MiB of 1 MiB
+// reads.
+const copyRun = 15
 
 // fill sizes the pipe for a reply of want bytes and splices up to that many
 // from the socket into it, as many as it takes.

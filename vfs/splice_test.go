@@ -18,9 +18,10 @@ import (
 type rawMemStore struct {
 	*memStore
 	t *testing.T
-	// segment, when set, sends bodies in writes of that many bytes with a
-	// pause after each: small packets, not pages.
-	segment int
+	// segment, when set, sends the first segmentFor bytes of bodies (all,
+	// if 0) in writes of that many bytes with a pause after each: small
+	// packets, not pages; the rest in one write.
+	segment, segmentFor int
 }
 
 func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (*objstore.RawBody, error) {
@@ -38,15 +39,20 @@ func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int6
 			return
 		}
 		defer c.Close()
-		for rest := data; len(rest) > 0 && r.segment > 0; rest = rest[min(r.segment, len(rest)):] {
+		small := 0
+		if r.segment > 0 {
+			small = len(data)
+			if r.segmentFor > 0 {
+				small = min(r.segmentFor, len(data))
+			}
+		}
+		for rest := data[:small]; len(rest) > 0; rest = rest[min(r.segment, len(rest)):] {
 			if _, err := c.Write(rest[:min(r.segment, len(rest))]); err != nil {
 				return
 			}
 			time.Sleep(20 * time.Microsecond)
 		}
-		if r.segment == 0 {
-			c.Write(data)
-		}
+		c.Write(data[small:])
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -177,35 +183,47 @@ func TestSpliceReadRepliesWholeAndHandsOverWhenAReplyIsNotTaken(t *testing.T) {
 // A socket that brings its bytes in small packets fills the reply's pipe
 // with buffers before a reply's worth: those replies are copied, the rest
 // of each straight from the socket, and every byte is right; the GET goes
-// on to the end.
+// on to the end, and once the packets are pages again (tried after a run
+// of copied replies) replies are spliced again.
 func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
-	ms := newMemStore()
-	const size = 1<<20 + 333
-	data := randomBytes(size, 27)
-	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t, segment: 700}, Config{Splice: true})
-	h := openSpliced(t, f, "obj")
-	var got []byte
-	copiedBytes := 0
-	for off := int64(0); off < size; {
-		b, copied := spliceWhole(t, h, off, 256<<10)
-		if copied {
-			copiedBytes += len(b)
-		}
-		got = append(got, b...)
-		off += int64(len(b))
-	}
-	if !bytes.Equal(got, data) {
-		t.Fatal("bytes differ from the object")
-	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if copiedBytes == 0 || snap["splice_small_buffer_bytes_total"] != float64(copiedBytes) {
-		t.Errorf("%d bytes copied, counted %v: want some, each counted", copiedBytes, snap["splice_small_buffer_bytes_total"])
-	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
-		t.Errorf("splice ends %s, want one done", ends)
+	for _, tc := range []struct {
+		name       string
+		segmentFor int
+		size       int
+	}{{"small throughout", 0, 1<<20 + 333}, {"small then pages", 256 << 10, 4<<20 + 333}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := newMemStore()
+			data := randomBytes(tc.size, 27)
+			ms.put("b", "obj", data, "e1")
+			f := newTestFS(t, rawMemStore{memStore: ms, t: t, segment: 700, segmentFor: tc.segmentFor}, Config{Splice: true})
+			h := openSpliced(t, f, "obj")
+			var got []byte
+			copiedBytes := 0
+			for off := int64(0); off < int64(tc.size); {
+				b, copied := spliceWhole(t, h, off, 64<<10)
+				if copied {
+					copiedBytes += len(b)
+				}
+				got = append(got, b...)
+				off += int64(len(b))
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("bytes differ from the object")
+			}
+			snap, err := f.m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if copiedBytes == 0 || snap["splice_small_buffer_bytes_total"] != float64(copiedBytes) {
+				t.Errorf("%d bytes copied, counted %v: want some, each counted", copiedBytes, snap["splice_small_buffer_bytes_total"])
+			}
+			spliced := snap["splice_bytes_total"].(float64)
+			if spliced+float64(copiedBytes) != float64(tc.size) || (tc.segmentFor > 0 && spliced == 0) {
+				t.Errorf("%v bytes spliced, %d copied, of %d: want splicing again once the packets are pages", spliced, copiedBytes, tc.size)
+			}
+			if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+				t.Errorf("splice ends %s, want one done", ends)
+			}
+		})
 	}
 }

@@ -104,14 +104,21 @@ func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
 		b.conn.SetReadDeadline(time.Now().Add(b.timeout))
 	}
 	var serr error
+	lowat := false
 	err := b.rc.Read(func(fd uintptr) bool {
 		for got < n {
 			m, e := unix.Splice(int(fd), nil, pipeW, nil, n-got, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 			switch {
 			case e == unix.EAGAIN:
 				// The socket has nothing now, or the pipe is full; only
-				// the first is worth waiting for.
-				return !PipeHasRoom(pipeW)
+				// the first is worth waiting for, and then for the rest
+				// of the request at once (SO_RCVLOWAT: the socket reads
+				// as ready only when that much is in), not packet by packet.
+				if !PipeHasRoom(pipeW) {
+					return true
+				}
+				lowat = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n-got) == nil
+				return false
 			case e == unix.EINTR:
 				continue
 			case e != nil:
@@ -129,6 +136,9 @@ func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
 		}
 		return true
 	})
+	if lowat {
+		b.rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
+	}
 	if err != nil {
 		return got, fmt.Errorf("body after %d of %d bytes: %w", got, n, err)
 	}

@@ -222,3 +222,53 @@ func TestGetRawBodiesThatBreak(t *testing.T) {
 		})
 	}
 }
+
+// A splice that waits for the rest of a request waits for it at once (the
+// socket's low-water mark), and leaves the mark as it found it: a read of
+// the last few bytes, with the connection kept open after them, is not
+// held back waiting for more.
+func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
+	const n = 2010
+	body := testenv.RandomBytes(3, 0, n)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	ep := fakeServer(t, func(c net.Conn) {
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", n)
+		for _, piece := range [][]byte{body[:1000], body[1000:2000], body[2000:]} {
+			time.Sleep(150 * time.Millisecond)
+			c.Write(piece)
+		}
+		<-done // keep the connection open, as a keep-alive server does
+	})
+	m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
+		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if got, err := b.SpliceTo(p[1], 2000); got != 2000 || err != nil {
+		t.Fatalf("splice of 2000 bytes that come in two pieces: %d, %v", got, err)
+	}
+	out := make([]byte, 2000)
+	if k, err := unix.Read(p[0], out); k != 2000 || err != nil || !bytes.Equal(out, body[:2000]) {
+		t.Fatalf("pipe held %d bytes (%v), want the body's first 2000", k, err)
+	}
+	start := time.Now()
+	last := make([]byte, 10)
+	if err := b.ReadFull(last); err != nil || !bytes.Equal(last, body[2000:]) {
+		t.Fatalf("the last 10 bytes: %v", err)
+	}
+	if d := time.Since(start); d > 600*time.Millisecond {
+		t.Errorf("the last 10 bytes took %v: the socket waited for more", d)
+	}
+}

@@ -148,9 +148,12 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 				h.f.m.PosixReadBytes.Add(float64(taken))
 			}
 			switch {
-			case err != nil || left != 0:
+			case err != nil:
+				feed.pos = off
+				h.endSplice(feed, spliceError, fmt.Errorf("pipe after a reply: %w", err))
+			case left != 0:
 				feed.pos = off + int64(taken) // where the reader is
-				h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes written in part (%d): %v", want, taken, err))
+				h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes taken in part (%d)", want, taken))
 			case feed.pos == size:
 				h.endSplice(feed, spliceDone, nil)
 			}

@@ -40,6 +40,12 @@ type Options struct {
 	// DirectIOAlways. A pushed reader reads faster and costs more CPU
 	// (docs/architecture.md), so a machine has room for a few.
 	PushReaders int
+	// PollRequests is how long a thread that is ready for the next FUSE
+	// request polls /dev/fuse before it sleeps (0: it sleeps at once).
+	// Waking a sleeping thread for every request is what a direct-I/O
+	// reader's requests cost most on a virtual machine
+	// (docs/architecture.md, "Request cost").
+	PollRequests time.Duration
 }
 
 // DirectIO is the page-cache policy of a mount. A read through the page
@@ -178,6 +184,7 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			// Replies come from memory (one writev), or with --splice
 			// from a pipe the socket's bytes were spliced into.
 			DisableSplice: !cfg.Splice,
+			PollRequests:  opts.PollRequests,
 			Debug:         opts.Debug,
 		},
 		EntryTimeout:    &entryTTL,

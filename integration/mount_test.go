@@ -45,6 +45,9 @@ func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon
 	// Whether --splice=auto splices depends on the machine (fs.pipe-max-size,
 	// CAP_SYS_RESOURCE): tests of splicing ask for it (splice_test.go).
 	cfg.Splice = "never"
+	// The mount's default on machines of 8 CPUs or more (--fuse-poll), so
+	// that every test runs through the polling read of /dev/fuse.
+	cfg.FS.PollRequests = 50 * time.Microsecond
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -5,7 +5,7 @@
 // few goroutines. It is the experiment behind vfs/push.go
 // (docs/results/push-experiment-h200.txt; scripts/gpu/push_experiment.sh).
 //
-//	pushexp -mode direct|pagecache|push [-workers N] [-ahead BYTES] MOUNTPOINT
+//	pushexp -mode direct|pagecache|push [-workers N] [-ahead BYTES] [-poll DURATION] MOUNTPOINT
 //
 // It serves one file, "f", until SIGINT.
 package main
@@ -33,6 +33,7 @@ var (
 	chunk   = flag.Int("chunk", 1<<20, "push chunk")
 	ahead   = flag.Int64("ahead", 0, "push no further than this past the last read request (0 = all)")
 	ra      = flag.Int("readahead", 1<<20, "max readahead")
+	poll    = flag.Duration("poll", 0, "poll /dev/fuse for this long after each request before sleeping (MountOptions.PollRequests, --fuse-poll)")
 	hot     = flag.Bool("hot", false, "push from one small buffer that stays in the CPU's cache (the bytes pushed are then wrong: for the push rate only)")
 )
 
@@ -151,7 +152,7 @@ func main() {
 	opts := &gofs.Options{MountOptions: fuse.MountOptions{
 		MaxWrite: 1 << 20, MaxReadAhead: *ra, MaxBackground: 64, DirectMount: true,
 		DisableSplice: true, ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
-		Options: []string{"ro"},
+		Options: []string{"ro"}, PollRequests: *poll,
 	}}
 	srv, err := gofs.Mount(flag.Arg(0), r, opts)
 	if err != nil {

@@ -94,6 +94,9 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--push-readers", "-1", mp}, "--push-readers"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--push-workers", "0", mp}, "--push-workers"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "push_readers=many", mp}, "push_readers"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "-1us", mp}, "--fuse-poll"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "1s", mp}, "--fuse-poll"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "fuse_poll=soon", mp}, "fuse_poll"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
@@ -324,16 +327,34 @@ func TestDemoRunsEndToEnd(t *testing.T) {
 	}
 }
 
-// --push-readers defaults to one per 16 CPUs (none on smaller machines) and
-// takes fstab's spelling; --push-workers reaches the core.
+// --push-readers defaults to none and takes fstab's spelling;
+// --push-workers reaches the core.
 func TestPushFlags(t *testing.T) {
-	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1"); cfg.FS.PushReaders != runtime.NumCPU()/16 || cfg.Core.PushWorkers != vfs.DefaultPushWorkers() {
-		t.Errorf("defaults: push readers %d, workers %d; want %d, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers, runtime.NumCPU()/16, vfs.DefaultPushWorkers())
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1"); cfg.FS.PushReaders != 0 || cfg.Core.PushWorkers != vfs.DefaultPushWorkers() {
+		t.Errorf("defaults: push readers %d, workers %d; want 0, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers, vfs.DefaultPushWorkers())
 	}
 	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "-o", "push_readers=3,push_workers=5"); cfg.FS.PushReaders != 3 || cfg.Core.PushWorkers != 5 {
 		t.Errorf("-o push_readers=3,push_workers=5: got %d, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers)
 	}
-	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--push-readers", "0"); cfg.FS.PushReaders != 0 {
-		t.Errorf("--push-readers 0: got %d", cfg.FS.PushReaders)
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--push-readers", "1"); cfg.FS.PushReaders != 1 {
+		t.Errorf("--push-readers 1: got %d", cfg.FS.PushReaders)
+	}
+}
+
+// --fuse-poll defaults to 50us on machines of 8 CPUs or more and to 0 on
+// smaller ones, and takes fstab's spelling.
+func TestFusePollFlag(t *testing.T) {
+	want := time.Duration(0)
+	if runtime.NumCPU() >= 8 {
+		want = 50 * time.Microsecond
+	}
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1"); cfg.FS.PollRequests != want {
+		t.Errorf("default --fuse-poll %v on %d CPUs, want %v", cfg.FS.PollRequests, runtime.NumCPU(), want)
+	}
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "-o", "fuse_poll=200us"); cfg.FS.PollRequests != 200*time.Microsecond {
+		t.Errorf("-o fuse_poll=200us: got %v", cfg.FS.PollRequests)
+	}
+	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "0"); cfg.FS.PollRequests != 0 {
+		t.Errorf("--fuse-poll 0: got %v", cfg.FS.PollRequests)
 	}
 }

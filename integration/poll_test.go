@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+// --fuse-poll: with it the daemon's /dev/fuse is non-blocking and its
+// threads poll it, without it a plain blocking read; either way reads are
+// byte-exact, a mount left idle past the polling window (its threads asleep
+// in ppoll) still answers, and an idle mount does not spin.
+func TestFusePollServesReadsAndSleepsWhenIdle(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 5<<20 + 4321
+	sum := srv.PutRandomObject(t, "data", "obj.bin", size, 11)
+	for _, poll := range []time.Duration{0, 50 * time.Microsecond} {
+		t.Run("poll="+poll.String(), func(t *testing.T) {
+			before := fuseDeviceFDs(t)
+			mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = poll })
+			var opened []int
+			for fd := range fuseDeviceFDs(t) {
+				if !before[fd] {
+					opened = append(opened, fd)
+				}
+			}
+			if len(opened) != 1 {
+				t.Fatalf("the mount opened %d /dev/fuse descriptors, want 1", len(opened))
+			}
+			if nonblock := fdFlags(t, opened[0])&syscall.O_NONBLOCK != 0; nonblock != (poll > 0) {
+				t.Fatalf("/dev/fuse O_NONBLOCK = %v with --fuse-poll %v", nonblock, poll)
+			}
+			path := filepath.Join(mp, "obj.bin")
+			if got := fileSHA256(t, path, 1<<20); got != sum {
+				t.Fatalf("read sha256 %s, want %s", got, sum)
+			}
+			// Past the polling window every thread sleeps; the next
+			// requests must wake one.
+			time.Sleep(20 * time.Millisecond)
+			if got := fileSHA256(t, path, 777777); got != sum {
+				t.Fatalf("read after idle sha256 %s, want %s", got, sum)
+			}
+			// Idle, the process (the daemon's threads; the S3 server is
+			// another process) uses next to no CPU: a thread that kept
+			// polling would use all of the 300 ms.
+			time.Sleep(20 * time.Millisecond)
+			c0 := processCPU(t)
+			time.Sleep(300 * time.Millisecond)
+			if used := processCPU(t) - c0; used > 100*time.Millisecond {
+				t.Fatalf("idle mount used %v of CPU in 300ms", used)
+			}
+		})
+	}
+}
+
+// fuseDeviceFDs lists this process's descriptors of /dev/fuse.
+func fuseDeviceFDs(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := map[int]bool{}
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			fd, _ := strconv.Atoi(e.Name())
+			fds[fd] = true
+		}
+	}
+	return fds
+}
+
+// fdFlags reads a descriptor's file status flags from /proc/self/fdinfo.
+func fdFlags(t *testing.T, fd int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			f, err := strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+			if err != nil {
+				t.Fatalf("fdinfo flags %q: %v", v, err)
+			}
+			return int(f)
+		}
+	}
+	t.Fatalf("no flags in fdinfo of %d", fd)
+	return 0
+}
+
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

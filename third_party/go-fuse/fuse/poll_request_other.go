@@ -1,0 +1,11 @@
+//go:build !linux
+
+// s3gdsfs patch (PATCHES.md): MountOptions.PollRequests is Linux only.
+
+package fuse
+
+import "syscall"
+
+func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
+	return syscall.Read(fd, dest)
+}

@@ -3,8 +3,10 @@ package integration
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -105,4 +107,71 @@ func processCPU(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// After a burst of concurrent requests has left many reader goroutines
+// behind, at most four of them poll /dev/fuse (and sleep in ppoll when it is
+// quiet): a poll sleeper is woken by every request, so more would all wake
+// and spin for each one. go-fuse keeps up to GOMAXPROCS goroutines reading,
+// so the test runs with 16.
+func TestFusePollBoundsThePollers(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 66 << 20 // direct I/O: every pread is a request
+	srv.PutRandomObject(t, "data", "burst.bin", size, 5)
+	mp, _ := mountOf(t, srv, "data", nil) // polls, as every mountOf mount
+	path := filepath.Join(mp, "burst.bin")
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(path)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			buf := make([]byte, 256<<10)
+			off := int64(i) * (2 << 20)
+			if _, err := f.ReadAt(buf, off); err != nil {
+				errs <- err
+				return
+			}
+			if want := testenv.RandomBytes(5, off, len(buf)); string(buf) != string(want) {
+				errs <- os.ErrInvalid
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("burst read: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := threadsIn(t, syscall.SYS_PPOLL); n < 1 || n > 4 {
+		t.Fatalf("%d threads asleep in ppoll on an idle polling mount, want 1 to 4", n)
+	}
+}
+
+// threadsIn counts this process's threads now inside system call nr.
+func threadsIn(t *testing.T, nr int) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 && f[0] == strconv.Itoa(nr) {
+			n++
+		}
+	}
+	return n
 }

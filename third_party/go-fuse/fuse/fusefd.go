@@ -43,9 +43,12 @@ type fuseFD struct {
 	readPool *sync.Pool
 	buffers  *bufferPool
 
-	// nonblock sets O_NONBLOCK once, for MountOptions.PollRequests
-	// (s3gdsfs patch).
-	nonblock sync.Once
+	// For MountOptions.PollRequests (s3gdsfs patch): pollSetup sets
+	// O_NONBLOCK and fills pollers once; a reader holds one of pollers'
+	// tokens while it reads the device.
+	pollSetup    sync.Once
+	pollSetupErr error
+	pollers      chan struct{}
 
 	// Accounting constants, set once at server construction.
 	reqAllocBytes int

@@ -8,26 +8,40 @@ import (
 	"unsafe"
 )
 
+// maxPollers is how many goroutines read the device at once when
+// PollRequests is set; the others wait for a turn. Without a bound, every
+// reader goroutine a burst of requests left behind would poll, and all of
+// those asleep in ppoll(2) would wake for each request (poll waiters are
+// not exclusive, as blocked read(2) callers are).
+const maxPollers = 4
+
 type pollFd struct {
 	fd      int32
 	events  int16
 	revents int16
 }
 
-// readDevice reads one request from fd. The device is made non-blocking
-// the first time (writes to it never block, so they are not affected). With PollRequests set it tries
-// the read without sleeping until PollRequests has passed, then sleeps
-// in ppoll(2) until the device is readable and starts over.
+// readDevice reads one request from fd. Without PollRequests it is a
+// plain read(2). With it, the device is made non-blocking the first time
+// (writes to it never block, so they are not affected), and the reader
+// waits for one of maxPollers turns, then tries the read without sleeping
+// until PollRequests has passed, then sleeps in ppoll(2) until the device
+// is readable and starts over. The turn is given back as soon as a request
+// is read, before it is handled, so a poller is ready for the next one.
 func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
 	poll := r.server.opts.PollRequests
 	if poll <= 0 {
 		return syscall.Read(fd, dest)
 	}
-	var err error
-	r.nonblock.Do(func() { err = syscall.SetNonblock(fd, true) })
-	if err != nil {
-		return 0, err
+	r.pollSetup.Do(func() {
+		r.pollSetupErr = syscall.SetNonblock(fd, true)
+		r.pollers = make(chan struct{}, maxPollers)
+	})
+	if r.pollSetupErr != nil {
+		return 0, r.pollSetupErr
 	}
+	r.pollers <- struct{}{}
+	defer func() { <-r.pollers }()
 	var deadline time.Time
 	for {
 		n, err := syscall.Read(fd, dest)

@@ -92,7 +92,7 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	mf.streamMinRate = vfs.DefaultStreamMinRate
 	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
 	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
-	fs.IntVar(&mf.pushReaders, "push-readers", defaultPushReaders, "how many opens of objects of at least --direct-io-min-size may be fed at once by writing what is fetched ahead into the kernel page cache (faster for the reader, more CPU), instead of direct I/O; 0: none)")
+	fs.IntVar(&mf.pushReaders, "push-readers", defaultPushReaders, "how many opens of objects of at least --direct-io-min-size may be fed at once by writing what is fetched ahead into the kernel page cache (faster for the reader, more CPU), instead of direct I/O; 0: none")
 	fs.DurationVar(&mf.fusePoll, "fuse-poll", defaultFusePoll(), "how long a daemon thread ready for the next FUSE request polls /dev/fuse before it sleeps; a request it catches skips a thread wake-up (0: sleep at once; default 50us with 8 CPUs or more, else 0)")
 	fs.IntVar(&mf.pushWorkers, "push-workers", vfs.DefaultPushWorkers(), "blocks written into the page cache at once, across files (--push-readers)")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
@@ -378,7 +378,7 @@ const maxFusePoll = 10 * time.Millisecond
 // defaultPushReaders is none. A pushed reader costs about 2 CPU seconds
 // per GB across the reader, the daemon and a local server (one copy more
 // than direct I/O, and ranged GETs); with --fuse-poll a spliced direct-I/O
-// reader reads as fast for a quarter of that (on 16 cores 3.05-3.72 GB/s
+// reader reads nearly as fast for a quarter of that (on 16 cores 3.05-3.72 GB/s
 // at 0.56 s/GB, pushed 3.57-3.88 at 2.13-2.30), and four readers beside a
 // pushed one lose the CPU it takes (11.7 GB/s together without a pushed
 // reader, 8.7-9.1 with one; docs/benchmarks.md).

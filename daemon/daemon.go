@@ -160,6 +160,11 @@ func Start(cfg Config) (*Daemon, error) {
 	bg, d.stop = context.WithCancel(context.Background())
 	d.server, err = s3fs.Mount(bg, cfg.Mountpoint, core, d.GPU, d.Metrics, cfg.FS)
 	if err == nil {
+		server := d.server
+		d.Metrics.ReportFuseRequests(func() metrics.FuseRequestWaits {
+			w := server.RequestWaits()
+			return metrics.FuseRequestWaits{Polled: w.Polled, Slept: w.Slept, Blocked: w.Blocked}
+		})
 		err = d.server.WaitMount()
 	}
 	if err != nil {

@@ -16,9 +16,10 @@ import (
 )
 
 // --fuse-poll: with it the daemon's /dev/fuse is non-blocking and its
-// threads poll it, without it a plain blocking read; either way reads are
-// byte-exact, a mount left idle past the polling window (its threads asleep
-// in ppoll) still answers, and an idle mount does not spin.
+// threads poll it, without it a plain blocking read (and
+// s3gdsfs_fuse_requests_total says which); either way reads are byte-exact,
+// a mount left idle past the polling window (its threads asleep in ppoll)
+// still answers, and an idle mount does not spin.
 func TestFusePollServesReadsAndSleepsWhenIdle(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
@@ -27,7 +28,7 @@ func TestFusePollServesReadsAndSleepsWhenIdle(t *testing.T) {
 	for _, poll := range []time.Duration{0, 50 * time.Microsecond} {
 		t.Run("poll="+poll.String(), func(t *testing.T) {
 			before := fuseDeviceFDs(t)
-			mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = poll })
+			mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = poll })
 			var opened []int
 			for fd := range fuseDeviceFDs(t) {
 				if !before[fd] {
@@ -49,6 +50,19 @@ func TestFusePollServesReadsAndSleepsWhenIdle(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			if got := fileSHA256(t, path, 777777); got != sum {
 				t.Fatalf("read after idle sha256 %s, want %s", got, sum)
+			}
+			// Every request was read the way the setting says, and with
+			// polling the reads after the idle pause woke a sleeper.
+			snap, err := d.Metrics.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			waits := snap["fuse_requests_total"].(map[string]float64)
+			if poll == 0 && (waits["blocked"] == 0 || waits["polled"]+waits["slept"] != 0) {
+				t.Fatalf("without polling, fuse_requests_total %v: want only blocked", waits)
+			}
+			if poll > 0 && (waits["blocked"] != 0 || waits["polled"] == 0 || waits["slept"] == 0) {
+				t.Fatalf("polling, fuse_requests_total %v: want polled and slept, none blocked", waits)
 			}
 			// Idle, the process (the daemon's threads; the S3 server is
 			// another process) uses next to no CPU: a thread that kept

@@ -72,8 +72,32 @@ type Set struct {
 	// because the socket brought them in buffers too small to splice.
 	SpliceSmallBuffers prometheus.Counter
 
-	importsOpen atomic.Pointer[func() float64]
+	// FuseRequests counts FUSE requests by how a daemon thread waited for
+	// them (wait: polled, slept, blocked; --fuse-poll), read from the
+	// function given to ReportFuseRequests.
+	FuseRequests []prometheus.CounterFunc
+
+	importsOpen  atomic.Pointer[func() float64]
+	fuseRequests atomic.Pointer[func() FuseRequestWaits]
 }
+
+// FuseRequestWaits is how many FUSE requests a daemon thread found while
+// polling /dev/fuse, after sleeping in ppoll, or in a blocking read.
+type FuseRequestWaits struct{ Polled, Slept, Blocked uint64 }
+
+func (w FuseRequestWaits) count(wait string) uint64 {
+	switch wait {
+	case "polled":
+		return w.Polled
+	case "slept":
+		return w.Slept
+	}
+	return w.Blocked
+}
+
+// ReportFuseRequests sets where s3gdsfs_fuse_requests_total is read at
+// scrape time (the FUSE server); until then it reads 0.
+func (s *Set) ReportFuseRequests(f func() FuseRequestWaits) { s.fuseRequests.Store(&f) }
 
 // ReportImportsOpen sets where s3gdsfs_gpu_imports_open is read at scrape
 // time (the GPU engine's import cache); until then it reads 0.
@@ -206,6 +230,19 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		}
 		return 0
 	})
+	for _, wait := range []string{"polled", "slept", "blocked"} {
+		s.FuseRequests = append(s.FuseRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "s3gdsfs_fuse_requests_total",
+			Help:        "FUSE requests read by the daemon, by how the reading thread waited for them: found while polling /dev/fuse (polled), after sleeping in ppoll (slept), or in a blocking read (blocked, without --fuse-poll).",
+			ConstLabels: prometheus.Labels{"wait": wait},
+		}, func() float64 {
+			f := s.fuseRequests.Load()
+			if f == nil {
+				return 0
+			}
+			return float64((*f)().count(wait))
+		}))
+	}
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
 	})
@@ -233,6 +270,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers,
+		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2],
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

@@ -49,6 +49,7 @@ type fuseFD struct {
 	pollSetup    sync.Once
 	pollSetupErr error
 	pollers      chan struct{}
+	waits        requestWaitCounts
 
 	// Accounting constants, set once at server construction.
 	reqAllocBytes int

@@ -31,7 +31,9 @@ type pollFd struct {
 func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
 	poll := r.server.opts.PollRequests
 	if poll <= 0 {
-		return syscall.Read(fd, dest)
+		n, err := syscall.Read(fd, dest)
+		r.waits.note(&r.waits.blocked, n, err)
+		return n, err
 	}
 	r.pollSetup.Do(func() {
 		r.pollSetupErr = syscall.SetNonblock(fd, true)
@@ -43,9 +45,11 @@ func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
 	r.pollers <- struct{}{}
 	defer func() { <-r.pollers }()
 	var deadline time.Time
+	counter := &r.waits.polled
 	for {
 		n, err := syscall.Read(fd, dest)
 		if err != syscall.EAGAIN {
+			r.waits.note(counter, n, err)
 			return n, err
 		}
 		now := time.Now()
@@ -62,5 +66,6 @@ func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
 			return 0, e
 		}
 		deadline = time.Time{}
+		counter = &r.waits.slept
 	}
 }

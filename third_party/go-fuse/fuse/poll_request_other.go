@@ -7,5 +7,7 @@ package fuse
 import "syscall"
 
 func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
-	return syscall.Read(fd, dest)
+	n, err := syscall.Read(fd, dest)
+	r.waits.note(&r.waits.blocked, n, err)
+	return n, err
 }

@@ -86,6 +86,14 @@ func benchMount(ctx context.Context, cfg config, t target, sets objectSets, work
 			}
 		},
 	}
+	if t.name == "s3gdsfs" {
+		h.counters = func() (map[string]float64, error) {
+			if current == nil {
+				return nil, fmt.Errorf("not mounted")
+			}
+			return s3gdsfsCounters(current.spec.mountpoint)
+		}
+	}
 	readFile := func(ctx context.Context, o object) (int64, error) {
 		if current == nil {
 			return 0, fmt.Errorf("not mounted")

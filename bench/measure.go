@@ -32,6 +32,10 @@ type measurement struct {
 	// in every timed run: the run's rate is the bytes over the time until
 	// the slowest finished, and the spread says which reader held it back.
 	ReaderGBps [][]float64 `json:"reader_gbps,omitempty"`
+	// DaemonPerRun is, for a daemon that reports them (s3gdsfs), its
+	// counters' growth per timed run (daemonCounters): how its requests
+	// were waited for and which path the bytes took.
+	DaemonPerRun map[string]float64 `json:"daemon_counters_per_run,omitempty"`
 	// readers collects the rates of the run in progress (eachTimed).
 	readers []float64
 }
@@ -50,6 +54,9 @@ type hooks struct {
 	// pids names the processes whose CPU time a run is charged with, by
 	// role ("fs", "server"); the bench's own is always counted as "reader".
 	pids func() map[string]int
+	// counters, if set, reads the daemon's counters (s3gdsfsCounters);
+	// their growth over the timed runs goes into DaemonPerRun.
+	counters func() (map[string]float64, error)
 }
 
 // measure times read cfg.runs times; each run must read exactly bytes.
@@ -86,6 +93,13 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 				h.onTimeout()
 			}
 		})
+		var before map[string]float64
+		if h.counters != nil && !warm {
+			var err error
+			if before, err = h.counters(); err != nil {
+				progress("%s %s run %d: daemon counters: %v", m.Target, m.Test, i, err)
+			}
+		}
 		cpu := startCPUCount(h.pids)
 		start := time.Now()
 		copyIndex := i - 1
@@ -122,6 +136,18 @@ func measure(ctx context.Context, cfg config, m *measurement, h hooks, read read
 		m.GBps = append(m.GBps, gbps)
 		for role, secs := range cpuUsed {
 			cpuTotals[role] += secs
+		}
+		if before != nil {
+			after, err := h.counters()
+			if err != nil {
+				progress("%s %s run %d: daemon counters: %v", m.Target, m.Test, i, err)
+			}
+			for k, v := range after {
+				if m.DaemonPerRun == nil {
+					m.DaemonPerRun = map[string]float64{}
+				}
+				m.DaemonPerRun[k] += (v - before[k]) / float64(cfg.runs)
+			}
 		}
 		progress("%-8s %-7s run %d/%d: %.3f GB/s (%.2fs)", m.Target, m.Test, i, cfg.runs, gbps, elapsed.Seconds())
 	}

@@ -162,6 +162,7 @@ func (r *report) table() string {
 	}
 	tw.Flush()
 	readerSpread(&b, r.Measurements)
+	daemonLines(&b, r.Measurements)
 
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

@@ -363,7 +363,7 @@ func (f policyFlag) on(endpoint string) bool {
 // CPUs halt, one spliced reader read 3.05-3.72 GB/s with it and 2.48
 // without, four 11.7 against 10.1. With fewer than 8 CPUs the polling
 // threads take the cores the reader and a local server need (on 2 cores
-// four readers 2.66-2.74 against 2.79-2.87), so none there. An idle mount
+// four readers 2.52-2.74 against 2.65-2.87), so none there. An idle mount
 // sleeps 50us after its last request. maxFusePoll bounds what a thread may
 // spin for nothing.
 func defaultFusePoll() time.Duration {

@@ -24,9 +24,9 @@ type pollFd struct {
 // readDevice reads one request from fd. Without PollRequests it is a
 // plain read(2). With it, the device is made non-blocking the first time
 // (writes to it never block, so they are not affected), and the reader
-// waits for one of maxPollers turns, then tries the read without sleeping
-// until PollRequests has passed, then sleeps in ppoll(2) until the device
-// is readable and starts over. The turn is given back as soon as a request
+// waits for one of maxPollers turns, then tries the read without sleeping,
+// yielding the CPU between tries, until PollRequests has passed, then
+// sleeps in ppoll(2) until the device is readable and starts over. The turn is given back as soon as a request
 // is read, before it is handled, so a poller is ready for the next one.
 func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
 	poll := r.server.opts.PollRequests
@@ -58,6 +58,9 @@ func (r *fuseFD) readDevice(fd int, dest []byte) (int, error) {
 			continue
 		}
 		if now.Before(deadline) {
+			// Give the CPU to any thread waiting for it (the reader, the
+			// server) and poll only while it would otherwise be idle.
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			continue
 		}
 		pfd := pollFd{fd: int32(fd), events: 0x1} // POLLIN

@@ -18,6 +18,7 @@ var daemonCounters = []struct{ key, label string }{
 	{"fuse_requests_total/blocked", "blocked"},
 	{"splice_bytes_total", "spliced GB"},
 	{"splice_small_buffer_bytes_total", "copied GB"},
+	{"splice_socket_waits_total", "socket waits"},
 	{"push_bytes_total", "pushed GB"},
 }
 

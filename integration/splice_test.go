@@ -303,6 +303,10 @@ func TestSplicedBodyInSmallPacketsIsCopiedAndExact(t *testing.T) {
 	if small == 0 || small+spliced != size {
 		t.Errorf("%v bytes copied for small buffers, %v spliced: want some copied, %d in all", small, spliced, size)
 	}
+	// Paced packets: a splice found the socket short of a reply and waited.
+	if waits := snap["splice_socket_waits_total"].(float64); waits < 1 {
+		t.Errorf("splice_socket_waits_total = %v for a body paced in 1000-byte packets, want at least 1", waits)
+	}
 	if got := metric(t, d, "s3_requests_total"); !strings.Contains(got, "get,ok:1") {
 		t.Errorf("requests: %s, want the one GET", got)
 	}

@@ -71,6 +71,9 @@ type Set struct {
 	// SpliceSmallBuffers counts spliced GETs' bytes copied into replies
 	// because the socket brought them in buffers too small to splice.
 	SpliceSmallBuffers prometheus.Counter
+	// SpliceSocketWaits counts the times a spliced reply found the socket
+	// short of its bytes and waited for them.
+	SpliceSocketWaits prometheus.Counter
 
 	// FuseRequests counts FUSE requests by how a daemon thread waited for
 	// them (wait: polled, slept, blocked; --fuse-poll), read from the
@@ -197,6 +200,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.SpliceSmallBuffers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_small_buffer_bytes_total", Help: "Bytes of spliced GETs copied into the reply because the socket brought them in buffers smaller than pages (packets of a 1500-byte frame network), more than one reply's pipe holds.",
 	})
+	s.SpliceSocketWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_socket_waits_total", Help: "Times a spliced reply found its GET's socket short of the bytes it needed and waited for them (the server fell behind the reader).",
+	})
 	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
 	}, []string{"errno"})
@@ -269,7 +275,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
-		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2],
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

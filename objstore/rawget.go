@@ -53,7 +53,14 @@ type RawBody struct {
 	onBytes func(int)
 	onClose func(left int64)
 	closed  bool
+	// waits counts the splices that found the socket short and waited.
+	waits int
 }
+
+// Waits is how many times a splice found the socket short of the bytes
+// asked for and waited for them (each wait parks the goroutine until the
+// socket is ready: a thread woken).
+func (b *RawBody) Waits() int { return b.waits }
 
 // NewRawBody is the body of n bytes that conn carries next, head of them
 // already read off it (with the headers): for RawGetter implementations.
@@ -118,6 +125,7 @@ func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
 					return true
 				}
 				lowat = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n-got) == nil
+				b.waits++
 				return false
 			case e == unix.EINTR:
 				continue

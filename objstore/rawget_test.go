@@ -259,6 +259,10 @@ func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
 	if got, err := b.SpliceTo(p[1], 2000); got != 2000 || err != nil {
 		t.Fatalf("splice of 2000 bytes that come in two pieces: %d, %v", got, err)
 	}
+	// It waited once for the first piece and once for the rest.
+	if w := b.Waits(); w < 1 || w > 2 {
+		t.Fatalf("Waits() = %d after a splice whose bytes came in two pieces 150 ms apart, want 1 or 2", w)
+	}
 	out := make([]byte, 2000)
 	if k, err := unix.Read(p[0], out); k != 2000 || err != nil || !bytes.Equal(out, body[:2000]) {
 		t.Fatalf("pipe held %d bytes (%v), want the body's first 2000", k, err)

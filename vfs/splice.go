@@ -133,7 +133,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	moved, tried := 0, feed.copying == 0
 	if !tried {
 		feed.copying--
-	} else if moved, err = feed.fill(want); err != nil {
+	} else if moved, err = feed.fill(want, h.f.m.SpliceSocketWaits); err != nil {
 		feed.pos = off // the reader's place: what reached the pipe goes with it
 		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
@@ -192,16 +192,21 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 const copyRun = 15
 
 // fill sizes the pipe for a reply of want bytes and splices up to that many
-// from the socket into it, as many as it takes.
-func (feed *spliceFeed) fill(want int) (int, error) {
+// from the socket into it, as many as it takes, adding to waits each time
+// it had to wait for the socket.
+func (feed *spliceFeed) fill(want int, waits interface{ Add(float64) }) (int, error) {
 	if size := replyPipeSize(want); size != feed.size {
 		if _, err := unix.FcntlInt(uintptr(feed.pw), unix.F_SETPIPE_SZ, size); err != nil {
 			return 0, fmt.Errorf("pipe of %d bytes: %w", size, err)
 		}
 		feed.size = size
 	}
+	before := feed.body.Waits()
 	moved, err := feed.body.SpliceTo(feed.pw, want)
 	feed.pos += int64(moved)
+	if w := feed.body.Waits() - before; w > 0 {
+		waits.Add(float64(w))
+	}
 	return moved, err
 }
 

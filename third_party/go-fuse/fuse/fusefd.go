@@ -44,8 +44,9 @@ type fuseFD struct {
 	buffers  *bufferPool
 
 	// For MountOptions.PollRequests (s3gdsfs patch): pollSetup sets
-	// O_NONBLOCK and fills pollers once; a reader holds one of pollers'
-	// tokens while it reads the device.
+	// O_NONBLOCK and makes pollers once; a reader holds one of the
+	// pollers' turns while it reads the device; waits counts requests by
+	// how they were waited for.
 	pollSetup    sync.Once
 	pollSetupErr error
 	pollers      chan struct{}

@@ -47,7 +47,7 @@ func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon
 	cfg.Splice = "never"
 	// The mount's default on machines of 8 CPUs or more (--fuse-poll), so
 	// that every test runs through the polling read of /dev/fuse.
-	cfg.FS.PollRequests = 50 * time.Microsecond
+	cfg.FS.PollRequests = time.Millisecond
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -25,7 +26,7 @@ func TestFusePollServesReadsAndSleepsWhenIdle(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	const size = 5<<20 + 4321
 	sum := srv.PutRandomObject(t, "data", "obj.bin", size, 11)
-	for _, poll := range []time.Duration{0, 50 * time.Microsecond} {
+	for _, poll := range []time.Duration{0, time.Millisecond} {
 		t.Run("poll="+poll.String(), func(t *testing.T) {
 			before := fuseDeviceFDs(t)
 			mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = poll })
@@ -123,11 +124,70 @@ func processCPU(t *testing.T) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// A thread that has just served a request polls for the whole of
+// PollRequests: a reader's next request, which comes after the reader has
+// woken to the reply and done its work, finds it running. Here a reader
+// pauses 20 ms between 1 MiB direct-I/O reads, longer than a thread that
+// has not just served a request polls (PollRequests / 20, 10 ms) and
+// shorter than PollRequests (200 ms): each read must be caught polling.
+// Each read is a dd of its own: a reader in this process would be
+// signalled by the Go runtime inside its reads, and every signal sends
+// the daemon FUSE_INTERRUPT requests of its own.
+func TestFusePollServedThreadCatchesTheReadersNextRequest(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 66 << 20 // direct I/O: every read is a request
+	srv.PutRandomObject(t, "data", "paced.bin", size, 7)
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = 200 * time.Millisecond })
+	path := filepath.Join(mp, "paced.bin")
+	out := filepath.Join(t.TempDir(), "block")
+	readBlock := func(i int) {
+		t.Helper()
+		dd := exec.Command("dd", "if="+path, "of="+out, "bs=1M", "count=1", "skip="+strconv.Itoa(i), "status=none")
+		if b, err := dd.CombinedOutput(); err != nil {
+			t.Fatalf("dd of block %d: %v: %s", i, err, b)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := testenv.RandomBytes(7, int64(i)<<20, 1<<20); string(got) != string(want) {
+			t.Fatalf("block %d: %d bytes that differ from the object's", i, len(got))
+		}
+	}
+	waits := func() map[string]float64 {
+		t.Helper()
+		snap, err := d.Metrics.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap["fuse_requests_total"].(map[string]float64)
+	}
+	readBlock(0)
+	time.Sleep(300 * time.Millisecond) // every thread past its window
+	before := waits()
+	const reads = 12
+	for i := 1; i <= reads; i++ {
+		time.Sleep(20 * time.Millisecond)
+		readBlock(i)
+	}
+	after := waits()
+	polled, slept := after["polled"]-before["polled"], after["slept"]-before["slept"]
+	t.Logf("%d paced reads: %v requests polled, %v slept", reads, polled, slept)
+	// Each dd makes five requests (lookup, open, read, flush, release),
+	// some of them at once, so a few go to a thread woken from ppoll (3 of
+	// 60 here, 5 with the race detector); without the long poll after
+	// serving, the first of every dd would too (19 of 60).
+	if polled < 3*reads || slept >= reads {
+		t.Fatalf("%d paced reads: %v requests polled, %v slept; want those after each pause caught by a polling thread", reads, polled, slept)
+	}
+}
+
 // After a burst of concurrent requests has left many reader goroutines
-// behind, at most four of them poll /dev/fuse (and sleep in ppoll when it is
-// quiet): a poll sleeper is woken by every request, so more would all wake
-// and spin for each one. go-fuse keeps up to GOMAXPROCS goroutines reading,
-// so the test runs with 16.
+// behind, one of them sleeps in ppoll when the mount is quiet and the
+// others wait inside the daemon: a poll sleeper is woken by every request,
+// so more would all wake and spin for each one. go-fuse keeps up to
+// GOMAXPROCS goroutines reading, so the test runs with 16.
 func TestFusePollBoundsThePollers(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
 	srv := testenv.Start(t)
@@ -165,8 +225,8 @@ func TestFusePollBoundsThePollers(t *testing.T) {
 		t.Fatalf("burst read: %v", err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := threadsIn(t, syscall.SYS_PPOLL); n < 1 || n > 4 {
-		t.Fatalf("%d threads asleep in ppoll on an idle polling mount, want 1 to 4", n)
+	if n := threadsIn(t, syscall.SYS_PPOLL); n != 1 {
+		t.Fatalf("%d threads asleep in ppoll on an idle polling mount, want 1", n)
 	}
 }
 

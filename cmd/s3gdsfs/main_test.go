@@ -341,12 +341,12 @@ func TestPushFlags(t *testing.T) {
 	}
 }
 
-// --fuse-poll defaults to 50us on machines of 8 CPUs or more and to 0 on
+// --fuse-poll defaults to 1ms on machines of 8 CPUs or more and to 0 on
 // smaller ones, and takes fstab's spelling.
 func TestFusePollFlag(t *testing.T) {
 	want := time.Duration(0)
 	if runtime.NumCPU() >= 8 {
-		want = 50 * time.Microsecond
+		want = time.Millisecond
 	}
 	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1"); cfg.FS.PollRequests != want {
 		t.Errorf("default --fuse-poll %v on %d CPUs, want %v", cfg.FS.PollRequests, runtime.NumCPU(), want)

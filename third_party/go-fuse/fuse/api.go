@@ -181,13 +181,13 @@ type MountOptions struct {
 	// is still allowed through.
 	MaxInflightRequestBytes int
 
-	// PollRequests, if positive, makes a goroutine that is ready for
-	// the next request poll the FUSE device without sleeping for up
-	// to this long before it sleeps in poll(2) (s3gdsfs patch; see
-	// PATCHES.md). A request that arrives meanwhile is taken by a
-	// running thread instead of waking a sleeping one: on a virtual
-	// machine whose idle CPUs halt, that wake-up cost a direct-I/O
-	// reader about a third of its rate.
+	// PollRequests, if positive, makes a goroutine that has just served
+	// a request poll the FUSE device without sleeping for up to this long
+	// before it sleeps in poll(2); other goroutines poll a twentieth of
+	// it (s3gdsfs patch; see PATCHES.md). A request that arrives
+	// meanwhile is taken by a running thread instead of waking a
+	// sleeping one: on a virtual machine whose idle CPUs halt, that
+	// wake-up cost a direct-I/O reader about a third of its rate.
 	PollRequests time.Duration
 
 	// CongestionThreshold is the in-flight async-request count at which

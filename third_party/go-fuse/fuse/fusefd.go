@@ -44,12 +44,14 @@ type fuseFD struct {
 	buffers  *bufferPool
 
 	// For MountOptions.PollRequests (s3gdsfs patch): pollSetup sets
-	// O_NONBLOCK and makes pollers once; a reader holds one of the
-	// pollers' turns while it reads the device; waits counts requests by
-	// how they were waited for.
+	// O_NONBLOCK and makes the turns once: a reader holds one of the
+	// pollers' turns while it polls the device, the sleeper's turn while
+	// it sleeps in ppoll; waits counts requests by how they were waited
+	// for.
 	pollSetup    sync.Once
 	pollSetupErr error
 	pollers      chan struct{}
+	sleeper      chan struct{}
 	waits        requestWaitCounts
 
 	// Accounting constants, set once at server construction.
@@ -108,7 +110,7 @@ func (r *fuseFD) writevFD(iov [][]byte) (int, error) {
 // readRequest reads one request from the kernel. Returns nil, OK if
 // there are too many concurrent readers or insufficient request-bytes
 // budget.
-func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
+func (r *fuseFD) readRequest(served bool) (req *requestAlloc, code Status) {
 	ms := r.server
 	r.reqMu.Lock()
 	if r.reqReaders > ms.maxReaders || !r.reserveRequestBytes() {
@@ -125,7 +127,7 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	err := handleEINTR(func() error {
 		var err error
 		if cerr := r.withFD(func(fd int) {
-			n, err = r.readDevice(fd, dest)
+			n, err = r.readDevice(fd, dest, served)
 		}); cerr != nil {
 			return cerr
 		}

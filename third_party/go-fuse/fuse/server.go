@@ -411,7 +411,7 @@ func (ms *Server) handleInit() Status {
 	// and don't spawn new readers.
 	orig := ms.singleReader
 	ms.singleReader = true
-	req, errNo := ms.fuseFD.readRequest()
+	req, errNo := ms.fuseFD.readRequest(false)
 	ms.singleReader = orig
 
 	if errNo != OK || req == nil {
@@ -460,9 +460,10 @@ func (ms *Server) handleInit() Status {
 // BenchmarkGoFuseReaddir-2       	    3511	    319765 ns/op
 func (ms *Server) loop() {
 	defer ms.fuseFD.loops.Done()
+	served := false // s3gdsfs patch: see readDevice
 exit:
 	for {
-		req, errNo := ms.fuseFD.readRequest()
+		req, errNo := ms.fuseFD.readRequest(served)
 		switch errNo {
 		case OK:
 			if req == nil {
@@ -484,6 +485,7 @@ exit:
 			break exit
 		}
 
+		served = true
 		if ms.singleReader && ms.fuseFD.canAcceptAnother() {
 			go ms.handleRequest(req)
 			continue

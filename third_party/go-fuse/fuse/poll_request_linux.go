@@ -85,13 +85,15 @@ func (r *fuseFD) readDevice(fd int, dest []byte, served bool) (int, error) {
 func (r *fuseFD) pollDevice(fd int, dest []byte, window time.Duration) (n int, err error, done bool) {
 	r.pollers <- struct{}{}
 	defer func() { <-r.pollers }()
-	deadline := time.Now().Add(window)
+	var deadline time.Time // set at the first miss: a waiting request needs no clock
 	for {
 		n, err := syscall.Read(fd, dest)
 		if err != syscall.EAGAIN {
 			return n, err, true
 		}
-		if !time.Now().Before(deadline) {
+		if now := time.Now(); deadline.IsZero() {
+			deadline = now.Add(window)
+		} else if !now.Before(deadline) {
 			return 0, nil, false
 		}
 		// Give the CPU to any thread waiting for it (the reader, the

@@ -163,7 +163,8 @@ func Start(cfg Config) (*Daemon, error) {
 		server := d.server
 		d.Metrics.ReportFuseRequests(func() metrics.FuseRequestWaits {
 			w := server.RequestWaits()
-			return metrics.FuseRequestWaits{Polled: w.Polled, Slept: w.Slept, Blocked: w.Blocked}
+			return metrics.FuseRequestWaits{Polled: w.Polled, Slept: w.Slept, Blocked: w.Blocked,
+				InterruptsFound: w.InterruptsFound, InterruptsRequeued: w.InterruptsRequeued}
 		})
 		err = d.server.WaitMount()
 	}

@@ -79,23 +79,39 @@ type Set struct {
 	// them (wait: polled, slept, blocked; --fuse-poll), read from the
 	// function given to ReportFuseRequests.
 	FuseRequests []prometheus.CounterFunc
+	// FuseInterrupts counts the kernel's INTERRUPT requests (a signal to
+	// a caller inside a request) by outcome: found their request, or came
+	// before it was handled and were requeued.
+	FuseInterrupts []prometheus.CounterFunc
 
 	importsOpen  atomic.Pointer[func() float64]
 	fuseRequests atomic.Pointer[func() FuseRequestWaits]
 }
 
 // FuseRequestWaits is how many FUSE requests a daemon thread found while
-// polling /dev/fuse, after sleeping in ppoll, or in a blocking read.
-type FuseRequestWaits struct{ Polled, Slept, Blocked uint64 }
+// polling /dev/fuse, after sleeping in ppoll, or in a blocking read, and
+// how many INTERRUPT requests found their request or were requeued.
+type FuseRequestWaits struct {
+	Polled, Slept, Blocked              uint64
+	InterruptsFound, InterruptsRequeued uint64
+}
 
-func (w FuseRequestWaits) count(wait string) uint64 {
-	switch wait {
+// count is the counter of one label value of fuse_requests_total (wait)
+// or fuse_interrupts_total (outcome).
+func (w FuseRequestWaits) count(label string) uint64 {
+	switch label {
 	case "polled":
 		return w.Polled
 	case "slept":
 		return w.Slept
+	case "blocked":
+		return w.Blocked
+	case "found":
+		return w.InterruptsFound
+	case "requeued":
+		return w.InterruptsRequeued
 	}
-	return w.Blocked
+	return 0
 }
 
 // ReportFuseRequests sets where s3gdsfs_fuse_requests_total is read at
@@ -236,18 +252,26 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		}
 		return 0
 	})
-	for _, wait := range []string{"polled", "slept", "blocked"} {
-		s.FuseRequests = append(s.FuseRequests, prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "s3gdsfs_fuse_requests_total",
-			Help:        "FUSE requests read by the daemon, by how the reading thread waited for them: found while polling /dev/fuse (polled), after sleeping in ppoll (slept), or in a blocking read (blocked, without --fuse-poll).",
-			ConstLabels: prometheus.Labels{"wait": wait},
+	fuseCounter := func(name, help, label, value string) prometheus.CounterFunc {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: name, Help: help, ConstLabels: prometheus.Labels{label: value},
 		}, func() float64 {
 			f := s.fuseRequests.Load()
 			if f == nil {
 				return 0
 			}
-			return float64((*f)().count(wait))
-		}))
+			return float64((*f)().count(value))
+		})
+	}
+	for _, wait := range []string{"polled", "slept", "blocked"} {
+		s.FuseRequests = append(s.FuseRequests, fuseCounter("s3gdsfs_fuse_requests_total",
+			"FUSE requests read by the daemon, by how the reading thread waited for them: found while polling /dev/fuse (polled), after sleeping in ppoll (slept), or in a blocking read (blocked, without --fuse-poll).",
+			"wait", wait))
+	}
+	for _, outcome := range []string{"found", "requeued"} {
+		s.FuseInterrupts = append(s.FuseInterrupts, fuseCounter("s3gdsfs_fuse_interrupts_total",
+			"INTERRUPT requests from the kernel (a signal to a caller inside a request), by outcome: found the request and cancelled it (found), or came before the request was handled and were answered EAGAIN, which the kernel sends again at once (requeued).",
+			"outcome", outcome))
 	}
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
@@ -276,7 +300,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits,
-		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2],
+		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1],
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

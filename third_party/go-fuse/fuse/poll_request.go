@@ -13,6 +13,11 @@ type RequestWaits struct {
 	Slept uint64
 	// Blocked were read with a blocking read(2) (no PollRequests).
 	Blocked uint64
+	// InterruptsFound are INTERRUPT requests (a signal to a caller
+	// inside a request) that found their request; InterruptsRequeued
+	// came before it was handled and were answered EAGAIN, which makes
+	// the kernel send them again at once.
+	InterruptsFound, InterruptsRequeued uint64
 }
 
 type requestWaitCounts struct{ polled, slept, blocked atomic.Uint64 }
@@ -28,5 +33,6 @@ func (w *requestWaitCounts) note(c *atomic.Uint64, n int, err error) {
 // they read so far.
 func (ms *Server) RequestWaits() RequestWaits {
 	w := &ms.fuseFD.waits
-	return RequestWaits{Polled: w.polled.Load(), Slept: w.slept.Load(), Blocked: w.blocked.Load()}
+	return RequestWaits{Polled: w.polled.Load(), Slept: w.slept.Load(), Blocked: w.blocked.Load(),
+		InterruptsFound: ms.interruptsFound.Load(), InterruptsRequeued: ms.interruptsRequeued.Load()}
 }

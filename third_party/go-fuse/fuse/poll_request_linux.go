@@ -3,6 +3,7 @@
 package fuse
 
 import (
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -96,8 +97,12 @@ func (r *fuseFD) pollDevice(fd int, dest []byte, window time.Duration) (n int, e
 		} else if !now.Before(deadline) {
 			return 0, nil, false
 		}
-		// Give the CPU to any thread waiting for it (the reader, the
-		// server) and poll only while it would otherwise be idle.
+		// Poll only while nothing else would run: give this P to any
+		// runnable goroutine (the one handling the last request, which
+		// the poller would otherwise hold off until the scheduler
+		// preempts it, up to 10 ms later), and the CPU to any thread
+		// waiting for it (the reader, the server).
+		runtime.Gosched()
 		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }

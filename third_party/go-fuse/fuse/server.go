@@ -521,6 +521,7 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 		req.bufferPoolOutputBuf = req.outPayload
 	}
 	ms.protocolServer.handleRequest(h, &req.request)
+	defer ms.protocolServer.dropInflight(&req.request) // s3gdsfs patch: after the reply's write
 	if req.suppressReply {
 		return OK
 	}

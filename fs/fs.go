@@ -186,7 +186,11 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			// from a pipe the socket's bytes were spliced into.
 			DisableSplice: !cfg.Splice,
 			PollRequests:  opts.PollRequests,
-			Debug:         opts.Debug,
+			// A signal the reader handles does not fail its read with
+			// EINTR, as a regular file's read never does; a kill ends
+			// the read at once (docs/architecture.md, "Interrupts").
+			CancelOnlyKilled: true,
+			Debug:            opts.Debug,
 		},
 		EntryTimeout:    &entryTTL,
 		AttrTimeout:     &entryTTL,

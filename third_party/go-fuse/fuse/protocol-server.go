@@ -161,7 +161,17 @@ const interruptWait = 200 * time.Microsecond
 
 func (ms *protocolServer) interruptRequest(unique uint64) Status {
 	var deadline time.Time
-	for !ms.cancelInflight(unique) {
+	for {
+		pid, ok := ms.inflightCaller(unique)
+		if ok {
+			ms.interruptsFound.Add(1)
+			if ms.opts.CancelOnlyKilled && !callerKilled(pid) {
+				go ms.cancelWhenKilled(unique, pid)
+			} else {
+				ms.cancelInflight(unique)
+			}
+			return OK
+		}
 		if now := time.Now(); deadline.IsZero() {
 			deadline = now.Add(interruptWait)
 		} else if now.After(deadline) {
@@ -171,8 +181,40 @@ func (ms *protocolServer) interruptRequest(unique uint64) Status {
 		}
 		runtime.Gosched() // let the request's goroutine run
 	}
-	ms.interruptsFound.Add(1)
-	return OK
+}
+
+// killWatchInterval is how often cancelWhenKilled looks at the caller.
+const killWatchInterval = 50 * time.Millisecond
+
+// cancelWhenKilled cancels request unique if its caller is killed before
+// it is answered (MountOptions.CancelOnlyKilled). The kernel sends one
+// INTERRUPT per request: a kill that follows a signal the caller handles
+// sends none, and the caller waits for the answer, so the daemon watches
+// it.
+func (ms *protocolServer) cancelWhenKilled(unique uint64, pid uint32) {
+	for {
+		time.Sleep(killWatchInterval)
+		if _, ok := ms.inflightCaller(unique); !ok {
+			return
+		}
+		if callerKilled(pid) {
+			ms.cancelInflight(unique)
+			return
+		}
+	}
+}
+
+// inflightCaller is the caller of the request in flight with this unique
+// ID, if there is one not yet interrupted.
+func (ms *protocolServer) inflightCaller(unique uint64) (pid uint32, ok bool) {
+	ms.interruptMu.Lock()
+	defer ms.interruptMu.Unlock()
+	for _, inflight := range ms.reqInflight {
+		if unique == inflight.inHeader().Unique && !inflight.interrupted {
+			return inflight.inHeader().Caller.Pid, true
+		}
+	}
+	return 0, false
 }
 
 // cancelInflight cancels the request in flight with this unique ID, if

@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+)
+
+// Only a kill interrupts a read, as with NFS: a signal the reader handles
+// (dd prints its progress on SIGUSR1) leaves its read waiting for the
+// store, which then completes with the right bytes and no EINTR, while a
+// reader killed inside a read, or killed after a handled signal (for which
+// the kernel sends no second INTERRUPT), leaves at once rather than when
+// the store answers. Each read waits on a GET the proxy stalls.
+func TestOnlyAKillInterruptsARead(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 66 << 20 // direct I/O: dd's read is a request
+	for i, key := range []string{"slow-handled.bin", "slow-killed.bin", "slow-handled-killed.bin"} {
+		srv.PutRandomObject(t, "data", key, size, int64(30+i))
+	}
+	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{
+		Seed: 3, Rate: 1, Kinds: []faultproxy.Kind{faultproxy.StallHeaders}, StallFor: time.Minute,
+		Match: func(r *http.Request) bool { return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "slow-") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	const stallGuard = 2 * time.Second // a stalled GET is given up and retried after this
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.S3.Endpoint = proxy.URL
+		c.Core.ReadTimeout = stallGuard
+	})
+	out := t.TempDir()
+	startDD := func(key string) (*exec.Cmd, string) {
+		t.Helper()
+		dst := filepath.Join(out, key)
+		dd := exec.Command("dd", "if="+filepath.Join(mp, key), "of="+dst, "bs=1M", "count=1", "status=none")
+		if err := dd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // inside its read, which waits for the stalled GET
+		return dd, dst
+	}
+	eintr := func() float64 {
+		snap, err := d.Metrics.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs, _ := snap["posix_read_errors_total"].(map[string]float64)
+		return errs["EINTR"]
+	}
+	interrupts := func() float64 {
+		snap, err := d.Metrics.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap["fuse_interrupts_total"].(map[string]float64)["found"]
+	}
+	// waitKilled waits for a killed dd and says how long it took.
+	waitKilled := func(dd *exec.Cmd, since time.Time) time.Duration {
+		t.Helper()
+		err := dd.Wait()
+		if ws, ok := dd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("dd: %v, want killed by SIGKILL", err)
+		}
+		return time.Since(since)
+	}
+
+	t.Run("handled", func(t *testing.T) {
+		e0, i0 := eintr(), interrupts()
+		dd, dst := startDD("slow-handled.bin")
+		if err := dd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if i := interrupts() - i0; i < 1 {
+			t.Fatalf("the signal made %v INTERRUPT requests, want 1: the test did not interrupt a read", i)
+		}
+		proxy.SetRate(0) // the retry after the stall guard gets the bytes
+		defer proxy.SetRate(1)
+		if err := dd.Wait(); err != nil {
+			t.Fatalf("dd after a handled signal: %v", err)
+		}
+		got, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := testenv.RandomBytes(30, 0, 1<<20); string(got) != string(want) {
+			t.Fatalf("dd read %d bytes that differ from the object's", len(got))
+		}
+		if e := eintr() - e0; e != 0 {
+			t.Fatalf("a handled signal failed %v reads with EINTR", e)
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		dd, _ := startDD("slow-killed.bin")
+		killed := time.Now()
+		if err := dd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		took := waitKilled(dd, killed)
+		t.Logf("killed inside a read: left in %v", took)
+		if took > stallGuard/2 {
+			t.Fatalf("a reader killed inside a read took %v to leave, as long as the store's stall", took)
+		}
+	})
+	t.Run("handled-then-killed", func(t *testing.T) {
+		dd, _ := startDD("slow-handled-killed.bin")
+		if err := dd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		killed := time.Now()
+		if err := dd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		took := waitKilled(dd, killed)
+		t.Logf("killed after a handled signal: left in %v", took)
+		if took > stallGuard/2 {
+			t.Fatalf("a reader killed after a handled signal took %v to leave, as long as the store's stall", took)
+		}
+	})
+}

@@ -52,21 +52,8 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // inside its read, which waits for the stalled GET
 		return dd, dst
 	}
-	eintr := func() float64 {
-		snap, err := d.Metrics.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		errs, _ := snap["posix_read_errors_total"].(map[string]float64)
-		return errs["EINTR"]
-	}
-	interrupts := func() float64 {
-		snap, err := d.Metrics.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap["fuse_interrupts_total"].(map[string]float64)["found"]
-	}
+	eintr := func() float64 { return metricAt(t, d, "posix_read_errors_total", "EINTR") }
+	interrupts := func() float64 { return metricAt(t, d, "fuse_interrupts_total", "found") }
 	// waitKilled waits for a killed dd and says how long it took.
 	waitKilled := func(dd *exec.Cmd, since time.Time) time.Duration {
 		t.Helper()

@@ -155,24 +155,19 @@ func TestFusePollServedThreadCatchesTheReadersNextRequest(t *testing.T) {
 			t.Fatalf("block %d: %d bytes that differ from the object's", i, len(got))
 		}
 	}
-	waits := func() map[string]float64 {
-		t.Helper()
-		snap, err := d.Metrics.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap["fuse_requests_total"].(map[string]float64)
+	waits := func() (polled, slept float64) {
+		return metricAt(t, d, "fuse_requests_total", "polled"), metricAt(t, d, "fuse_requests_total", "slept")
 	}
 	readBlock(0)
 	time.Sleep(300 * time.Millisecond) // every thread past its window
-	before := waits()
+	polled0, slept0 := waits()
 	const reads = 12
 	for i := 1; i <= reads; i++ {
 		time.Sleep(20 * time.Millisecond)
 		readBlock(i)
 	}
-	after := waits()
-	polled, slept := after["polled"]-before["polled"], after["slept"]-before["slept"]
+	polled, slept := waits()
+	polled, slept = polled-polled0, slept-slept0
 	t.Logf("%d paced reads: %v requests polled, %v slept", reads, polled, slept)
 	// Each dd makes five requests (lookup, open, read, flush, release),
 	// some of them at once, so a few go to a thread woken from ppoll (3 of

@@ -24,7 +24,14 @@ import (
 // metricSum is a series of the daemon's metrics, summed over its labels.
 func metricSum(t *testing.T, d *daemon.Daemon, name string) float64 {
 	t.Helper()
-	v, err := d.Metrics.Value(name, "")
+	return metricAt(t, d, name, "")
+}
+
+// metricAt is a series of the daemon's metrics at one label value ("":
+// summed over its labels).
+func metricAt(t *testing.T, d *daemon.Daemon, name, label string) float64 {
+	t.Helper()
+	v, err := d.Metrics.Value(name, label)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,8 +156,10 @@ func (ms *protocolServer) dropInflight(req *request) {
 // over and over can keep the one that would register the request off the
 // CPUs (a test of s3gdsfs counted 4616 for 21 interrupts). The kernel's
 // documentation (Documentation/filesystems/fuse.rst, "Interrupting
-// filesystem operations") asks for such a wait.
-const interruptWait = 200 * time.Microsecond
+// filesystem operations") asks for such a wait; 200 us still let a dozen
+// be requeued on a busy machine. It is spent in full only by an interrupt
+// whose request was answered just before it came.
+const interruptWait = time.Millisecond
 
 func (ms *protocolServer) interruptRequest(unique uint64) Status {
 	var deadline time.Time

@@ -54,14 +54,23 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 	}
 	eintr := func() float64 { return metricAt(t, d, "posix_read_errors_total", "EINTR") }
 	interrupts := func() float64 { return metricAt(t, d, "fuse_interrupts_total", "found") }
-	// waitKilled waits for a killed dd and says how long it took.
-	waitKilled := func(dd *exec.Cmd, since time.Time) time.Duration {
+	// killAndWait kills dd, waits for it, and fails unless it left well
+	// before the store's stall would have let its read finish.
+	killAndWait := func(t *testing.T, dd *exec.Cmd, when string) {
 		t.Helper()
+		killed := time.Now()
+		if err := dd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
 		err := dd.Wait()
 		if ws, ok := dd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 			t.Fatalf("dd: %v, want killed by SIGKILL", err)
 		}
-		return time.Since(since)
+		took := time.Since(killed)
+		t.Logf("killed %s: left in %v", when, took)
+		if took > stallGuard/2 {
+			t.Fatalf("a reader killed %s took %v to leave, as long as the store's stall", when, took)
+		}
 	}
 
 	t.Run("handled", func(t *testing.T) {
@@ -92,15 +101,7 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 	})
 	t.Run("killed", func(t *testing.T) {
 		dd, _ := startDD("slow-killed.bin")
-		killed := time.Now()
-		if err := dd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		took := waitKilled(dd, killed)
-		t.Logf("killed inside a read: left in %v", took)
-		if took > stallGuard/2 {
-			t.Fatalf("a reader killed inside a read took %v to leave, as long as the store's stall", took)
-		}
+		killAndWait(t, dd, "inside a read")
 	})
 	t.Run("handled-then-killed", func(t *testing.T) {
 		dd, _ := startDD("slow-handled-killed.bin")
@@ -108,14 +109,6 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)
-		killed := time.Now()
-		if err := dd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		took := waitKilled(dd, killed)
-		t.Logf("killed after a handled signal: left in %v", took)
-		if took > stallGuard/2 {
-			t.Fatalf("a reader killed after a handled signal took %v to leave, as long as the store's stall", took)
-		}
+		killAndWait(t, dd, "after a handled signal")
 	})
 }

@@ -16,6 +16,7 @@ var daemonCounters = []struct{ key, label string }{
 	{"fuse_requests_total/polled", "requests polled"},
 	{"fuse_requests_total/slept", "slept"},
 	{"fuse_requests_total/blocked", "blocked"},
+	{"fuse_wakeups_beside_pollers_total", "woken beside pollers"},
 	{"fuse_interrupts_total/requeued", "interrupts requeued"},
 	{"splice_bytes_total", "spliced GB"},
 	{"splice_small_buffer_bytes_total", "copied GB"},

@@ -164,7 +164,8 @@ func Start(cfg Config) (*Daemon, error) {
 		d.Metrics.ReportFuseRequests(func() metrics.FuseRequestWaits {
 			w := server.RequestWaits()
 			return metrics.FuseRequestWaits{Polled: w.Polled, Slept: w.Slept, Blocked: w.Blocked,
-				InterruptsFound: w.InterruptsFound, InterruptsRequeued: w.InterruptsRequeued}
+				InterruptsFound: w.InterruptsFound, InterruptsRequeued: w.InterruptsRequeued,
+				WokenBesidePollers: w.WokenBesidePollers}
 		})
 		err = d.server.WaitMount()
 	}

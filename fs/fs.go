@@ -40,9 +40,10 @@ type Options struct {
 	// DirectIOAlways. A pushed reader reads faster and costs more CPU
 	// (docs/architecture.md), so a machine has room for a few.
 	PushReaders int
-	// PollRequests is how long a thread that has just replied polls
-	// /dev/fuse for the next FUSE request before it sleeps; other threads
-	// poll a twentieth of it (0: they sleep at once).
+	// PollRequests is how long a thread that has just replied, or that no
+	// other thread polls beside, polls /dev/fuse for the next FUSE request
+	// before it sleeps; other threads poll a twentieth of it (0: they
+	// sleep at once).
 	// Waking a sleeping thread for every request is what a direct-I/O
 	// reader's requests cost most on a virtual machine
 	// (docs/architecture.md, "Request cost").

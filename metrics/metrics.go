@@ -83,6 +83,9 @@ type Set struct {
 	// a caller inside a request) by outcome: found their request, or came
 	// before it was handled and were requeued.
 	FuseInterrupts []prometheus.CounterFunc
+	// FuseWokenBesidePollers counts daemon threads woken from ppoll by a
+	// request while another thread polled /dev/fuse.
+	FuseWokenBesidePollers prometheus.CounterFunc
 
 	importsOpen  atomic.Pointer[func() float64]
 	fuseRequests atomic.Pointer[func() FuseRequestWaits]
@@ -90,10 +93,12 @@ type Set struct {
 
 // FuseRequestWaits is how many FUSE requests a daemon thread found while
 // polling /dev/fuse, after sleeping in ppoll, or in a blocking read, and
-// how many INTERRUPT requests found their request or were requeued.
+// how many INTERRUPT requests found their request or were requeued, and
+// how many threads were woken from ppoll while another polled.
 type FuseRequestWaits struct {
 	Polled, Slept, Blocked              uint64
 	InterruptsFound, InterruptsRequeued uint64
+	WokenBesidePollers                  uint64
 }
 
 // count is the counter of one label value of fuse_requests_total (wait)
@@ -110,6 +115,8 @@ func (w FuseRequestWaits) count(label string) uint64 {
 		return w.InterruptsFound
 	case "requeued":
 		return w.InterruptsRequeued
+	case "beside_pollers":
+		return w.WokenBesidePollers
 	}
 	return 0
 }
@@ -253,9 +260,11 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		return 0
 	})
 	fuseCounter := func(name, help, label, value string) prometheus.CounterFunc {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: name, Help: help, ConstLabels: prometheus.Labels{label: value},
-		}, func() float64 {
+		opts := prometheus.CounterOpts{Name: name, Help: help}
+		if label != "" {
+			opts.ConstLabels = prometheus.Labels{label: value}
+		}
+		return prometheus.NewCounterFunc(opts, func() float64 {
 			f := s.fuseRequests.Load()
 			if f == nil {
 				return 0
@@ -270,9 +279,12 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	}
 	for _, outcome := range []string{"found", "requeued"} {
 		s.FuseInterrupts = append(s.FuseInterrupts, fuseCounter("s3gdsfs_fuse_interrupts_total",
-			"INTERRUPT requests from the kernel (a signal to a caller inside a request), by outcome: found the request and cancelled it (found), or came before the request was handled and were answered EAGAIN, which the kernel sends again at once (requeued).",
+			"INTERRUPT requests from the kernel (a signal to a caller inside a request), by outcome: found the request (cancelled only if the caller is being killed), or came before the request was handled and were answered EAGAIN, which the kernel sends again at once (requeued).",
 			"outcome", outcome))
 	}
+	s.FuseWokenBesidePollers = fuseCounter("s3gdsfs_fuse_wakeups_beside_pollers_total",
+		"Daemon threads woken from ppoll by a FUSE request while another thread polled /dev/fuse (--fuse-poll): wake-ups not needed, each paid by the caller that sent the request inside its syscall.",
+		"", "beside_pollers")
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
 	})
@@ -300,7 +312,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits,
-		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1],
+		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

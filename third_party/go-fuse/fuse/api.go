@@ -182,9 +182,10 @@ type MountOptions struct {
 	MaxInflightRequestBytes int
 
 	// PollRequests, if positive, makes a goroutine that has just served
-	// a request poll the FUSE device without sleeping for up to this long
-	// before it sleeps in poll(2); other goroutines poll a twentieth of
-	// it (s3gdsfs patch; see PATCHES.md). A request that arrives
+	// a request, or that no other goroutine polls beside, poll the FUSE
+	// device without sleeping for up to this long before it sleeps in
+	// poll(2); other goroutines poll a twentieth of it (s3gdsfs patch;
+	// see PATCHES.md). A request that arrives
 	// meanwhile is taken by a running thread instead of waking a
 	// sleeping one: on a virtual machine whose idle CPUs halt, that
 	// wake-up cost a direct-I/O reader about a third of its rate.

@@ -44,14 +44,12 @@ type fuseFD struct {
 	buffers  *bufferPool
 
 	// For MountOptions.PollRequests (s3gdsfs patch): pollSetup sets
-	// O_NONBLOCK and makes the turns once: a reader holds one of the
-	// pollers' turns while it polls the device, the sleeper's turn while
-	// it sleeps in ppoll; waits counts requests by how they were waited
-	// for.
+	// O_NONBLOCK once; watch says which goroutines watch the device
+	// (polling it, or asleep in ppoll) and which wait for a turn; waits
+	// counts requests by how they were waited for.
 	pollSetup    sync.Once
 	pollSetupErr error
-	pollers      chan struct{}
-	sleeper      chan struct{}
+	watch        deviceWatch
 	waits        requestWaitCounts
 
 	// Accounting constants, set once at server construction.

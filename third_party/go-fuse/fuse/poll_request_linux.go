@@ -22,32 +22,33 @@ type pollFd struct {
 }
 
 // freshPollShare is the share of PollRequests a goroutine polls for when
-// it has not just served a request: one started because every other
-// reader was busy, or one woken from ppoll(2) by a request another
-// goroutine took. Such a goroutine is seldom the next to be needed (the
-// busy ones come back first), and a long poll of each cost four readers
-// on 16 CPUs CPU and rate (docs/benchmarks.md of s3gdsfs, "Polling for
-// requests").
+// it has not just served a request and another goroutine already polls:
+// one started because every other reader was busy, or one woken from
+// ppoll(2) by a request another goroutine took. Such a goroutine is
+// seldom the next to be needed (the busy ones come back first), and a
+// long poll of each cost four readers on 16 CPUs CPU and rate
+// (docs/benchmarks.md of s3gdsfs, "Polling for requests").
 const freshPollShare = 20
 
 // readDevice reads one request from fd. Without PollRequests it is a
 // plain read(2). With it, the device is made non-blocking the first time
-// (writes to it never block, so they are not affected), and the reader
-// takes one of maxPollers turns to poll: it tries the read without
-// sleeping, yielding the CPU between tries, for PollRequests when it has
-// just served a request (served), else for PollRequests / freshPollShare.
+// (writes to it never block, so they are not affected), and the goroutine
+// polls: it tries the read without sleeping, yielding the CPU between
+// tries, for PollRequests when it has just served a request (served) or
+// when no other goroutine polls, else for PollRequests / freshPollShare.
 // A reader that does 1 MiB reads one after another sends its next request
 // right after it has woken to the reply, and that wake-up alone can take
 // longer than 50 us on a virtual machine.
 //
-// Past its window the goroutine gives its polling turn back and sleeps in
-// ppoll(2), but only one goroutine at a time: poll waiters are not
-// exclusive, as blocked read(2) callers are, so every sleeper would wake
-// for each request (a test of s3gdsfs counted 17 after a burst). The
-// others wait for the sleeping turn inside the process, where they hold no
-// polling turn: a goroutine that has just served a request always finds
-// one free unless four others are polling. Every turn is given back as
-// soon as a request is read, before it is handled.
+// A goroutine sleeps in ppoll(2) only when no other watches the device:
+// none polls it and none sleeps. A request wakes every goroutine asleep in
+// ppoll (poll waiters are not exclusive, as blocked read(2) callers are),
+// and the wake-up is paid by the caller that sends it, inside its
+// syscall: a sleeper beside a polling goroutine cost one reader on 16
+// CPUs a fifth of its rate (docs/benchmarks.md of s3gdsfs). The other
+// goroutines wait inside the process, and the one that stops watching
+// with a request in hand, leaving none to watch, gives one of them a
+// turn. At most maxPollers poll at once.
 func (r *fuseFD) readDevice(fd int, dest []byte, served bool) (int, error) {
 	poll := r.server.opts.PollRequests
 	if poll <= 0 {
@@ -55,37 +56,83 @@ func (r *fuseFD) readDevice(fd int, dest []byte, served bool) (int, error) {
 		r.waits.note(&r.waits.blocked, n, err)
 		return n, err
 	}
+	w := &r.watch
 	r.pollSetup.Do(func() {
 		r.pollSetupErr = syscall.SetNonblock(fd, true)
-		r.pollers = make(chan struct{}, maxPollers)
-		r.sleeper = make(chan struct{}, 1)
+		w.turn.L = &w.mu
 	})
 	if r.pollSetupErr != nil {
 		return 0, r.pollSetupErr
 	}
-	if !served {
-		poll /= freshPollShare
-	}
+	w.mu.Lock()
 	for {
-		if n, err, done := r.pollDevice(fd, dest, poll); done {
+		for w.polling >= maxPollers {
+			w.waitTurn()
+		}
+		window := poll
+		if !served && w.polling > 0 {
+			window /= freshPollShare
+		}
+		w.polling++
+		w.mu.Unlock()
+		n, err, done := pollDevice(fd, dest, window)
+		w.mu.Lock()
+		w.polling--
+		if done {
+			w.handOver()
+			w.mu.Unlock()
 			r.waits.note(&r.waits.polled, n, err)
 			return n, err
 		}
-		if n, err, done := r.sleepOnDevice(fd, dest); done {
+		served = false
+		if w.polling > 0 || w.sleeping {
+			w.waitTurn() // another goroutine watches the device
+			continue
+		}
+		w.sleeping = true
+		w.mu.Unlock()
+		n, err, done, woke := sleepOnDevice(fd, dest)
+		w.mu.Lock()
+		w.sleeping = false
+		if woke && w.polling > 0 {
+			// A goroutine began to poll while this one slept: the
+			// wake-up was not needed, but the caller paid for it.
+			r.waits.wokenBesidePollers.Add(1)
+		}
+		if done {
+			w.handOver()
+			w.mu.Unlock()
 			r.waits.note(&r.waits.slept, n, err)
 			return n, err
 		}
-		// Woken by a request that a polling goroutine took: poll briefly
-		// before sleeping again.
-		poll = r.server.opts.PollRequests / freshPollShare
+		// Woken by a request that a polling goroutine took: poll again.
 	}
 }
 
-// pollDevice holds a polling turn and retries the read for up to window.
-// done is false if no request came.
-func (r *fuseFD) pollDevice(fd int, dest []byte, window time.Duration) (n int, err error, done bool) {
-	r.pollers <- struct{}{}
-	defer func() { <-r.pollers }()
+// waitTurn, called with w.mu held, waits until a goroutine that stopped
+// watching the device gives this one a turn.
+func (w *deviceWatch) waitTurn() {
+	w.waiting++
+	for w.turns == 0 {
+		w.turn.Wait()
+	}
+	w.turns--
+	w.waiting--
+}
+
+// handOver, called with w.mu held by a goroutine that stops watching the
+// device with a request (or an error) in hand, gives a waiting goroutine
+// a turn if no other watches the device now.
+func (w *deviceWatch) handOver() {
+	if w.polling == 0 && !w.sleeping && w.waiting > w.turns {
+		w.turns++
+		w.turn.Signal()
+	}
+}
+
+// pollDevice retries the read for up to window. done is false if no
+// request came.
+func pollDevice(fd int, dest []byte, window time.Duration) (n int, err error, done bool) {
 	var deadline time.Time // set at the first miss: a waiting request needs no clock
 	for {
 		n, err := syscall.Read(fd, dest)
@@ -107,21 +154,19 @@ func (r *fuseFD) pollDevice(fd int, dest []byte, window time.Duration) (n int, e
 	}
 }
 
-// sleepOnDevice holds the sleeping turn, and sleeps in ppoll(2) until the
-// device is readable unless a request is already there. done is false if
-// the request that woke it was taken by another goroutine.
-func (r *fuseFD) sleepOnDevice(fd int, dest []byte) (n int, err error, done bool) {
-	r.sleeper <- struct{}{}
-	defer func() { <-r.sleeper }()
+// sleepOnDevice sleeps in ppoll(2) until the device is readable, unless
+// a request is already there (woke is false then). done is false if the
+// request that woke it was taken by another goroutine.
+func sleepOnDevice(fd int, dest []byte) (n int, err error, done, woke bool) {
 	if n, err := syscall.Read(fd, dest); err != syscall.EAGAIN {
-		return n, err, true
+		return n, err, true, false
 	}
 	pfd := pollFd{fd: int32(fd), events: 0x1} // POLLIN
 	if _, _, e := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0); e != 0 && e != syscall.EINTR {
-		return 0, e, true
+		return 0, e, true, true
 	}
 	if n, err := syscall.Read(fd, dest); err != syscall.EAGAIN {
-		return n, err, true
+		return n, err, true, true
 	}
-	return 0, nil, false
+	return 0, nil, false, true
 }

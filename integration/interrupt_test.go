@@ -2,13 +2,11 @@ package integration
 
 import (
 	"os"
-	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -22,12 +20,9 @@ import (
 // now that an interrupt waits for its request (third_party/go-fuse/PATCHES.md).
 func TestSignalledReaderInterruptsStayFew(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
 	const size = 66 << 20 // direct I/O: every pread is a request
-	srv.PutRandomObject(t, "data", "signalled.bin", size, 9)
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = time.Millisecond })
-	f, err := os.Open(filepath.Join(mp, "signalled.bin"))
+	path, d := mountOfOneObject(t, "signalled.bin", size, 9, time.Millisecond)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

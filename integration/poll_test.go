@@ -136,12 +136,8 @@ func processCPU(t *testing.T) time.Duration {
 // signalled by the Go runtime inside its reads, and every signal sends
 // the daemon FUSE_INTERRUPT requests of its own.
 func TestFusePollServedThreadCatchesTheReadersNextRequest(t *testing.T) {
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	const size = 66 << 20 // direct I/O: every read is a request
-	srv.PutRandomObject(t, "data", "paced.bin", size, 7)
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = 200 * time.Millisecond })
-	path := filepath.Join(mp, "paced.bin")
+	// 66 MiB: direct I/O, so every read is a request.
+	path, d := mountOfOneObject(t, "paced.bin", 66<<20, 7, 200*time.Millisecond)
 	out := filepath.Join(t.TempDir(), "block")
 	readBlock := func(i int) {
 		t.Helper()
@@ -192,41 +188,27 @@ func TestFusePollServedThreadCatchesTheReadersNextRequest(t *testing.T) {
 // good, which wakes for every request.
 func TestFusePollStreamWakesNoSleeper(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	const size = 130 << 20 // direct I/O: every read is a request
-	srv.PutRandomObject(t, "data", "stream.bin", size, 9)
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = 5 * time.Millisecond })
-	path := filepath.Join(mp, "stream.bin")
+	// 130 MiB: direct I/O, so every read is a request.
+	path, d := mountOfOneObject(t, "stream.bin", 130<<20, 9, 5*time.Millisecond)
 	// A burst leaves many reader goroutines; once past their windows one
 	// sleeps in ppoll and the others wait for a turn.
 	readBurst(t, path, 16, 9)
 	time.Sleep(100 * time.Millisecond)
-	const streams, reads = 1, 128 // reads per stream
-	dir := t.TempDir()
+	const reads = 128
+	out := filepath.Join(t.TempDir(), "stream")
 	before := metricAt(t, d, "fuse_wakeups_beside_pollers_total", "")
-	// dd processes of their own: a reader in this process would be
-	// signalled by the Go runtime inside its reads.
-	var dds []*exec.Cmd
-	for i := range streams {
-		dd := exec.Command("dd", "if="+path, "of="+filepath.Join(dir, strconv.Itoa(i)), "bs=1M",
-			"count="+strconv.Itoa(reads), "skip="+strconv.Itoa(i*reads), "status=none")
-		if err := dd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		dds = append(dds, dd)
+	// A dd of its own: a reader in this process would be signalled by the
+	// Go runtime inside its reads.
+	dd := exec.Command("dd", "if="+path, "of="+out, "bs=1M", "count="+strconv.Itoa(reads), "status=none")
+	if b, err := dd.CombinedOutput(); err != nil {
+		t.Fatalf("dd: %v: %s", err, b)
 	}
-	for i, dd := range dds {
-		if err := dd.Wait(); err != nil {
-			t.Fatalf("dd %d: %v", i, err)
-		}
-		got, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := testenv.RandomBytes(9, int64(i*reads)<<20, reads<<20); sha256.Sum256(got) != sha256.Sum256(want) {
-			t.Fatalf("stream %d: %d bytes read that differ from the object's", i, len(got))
-		}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := testenv.RandomBytes(9, 0, reads<<20); sha256.Sum256(got) != sha256.Sum256(want) {
+		t.Fatalf("%d bytes read that differ from the object's first %d", len(got), reads<<20)
 	}
 	woken := metricAt(t, d, "fuse_wakeups_beside_pollers_total", "") - before
 	t.Logf("%d streamed reads woke %v threads from ppoll beside a polling thread", reads, woken)
@@ -242,17 +224,31 @@ func TestFusePollStreamWakesNoSleeper(t *testing.T) {
 // GOMAXPROCS goroutines reading, so the test runs with 16.
 func TestFusePollBoundsThePollers(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	const size = 66 << 20 // direct I/O: every pread is a request
-	srv.PutRandomObject(t, "data", "burst.bin", size, 5)
-	mp, _ := mountOf(t, srv, "data", nil) // polls, as every mountOf mount
-	path := filepath.Join(mp, "burst.bin")
+	// 66 MiB: direct I/O, so every pread is a request; the daemon polls,
+	// as every mountOf daemon.
+	path, _ := mountOfOneObject(t, "burst.bin", 66<<20, 5, 0)
 	readBurst(t, path, 32, 5)
 	time.Sleep(50 * time.Millisecond)
 	if n := threadsIn(t, syscall.SYS_PPOLL); n != 1 {
 		t.Fatalf("%d threads asleep in ppoll on an idle polling mount, want 1", n)
 	}
+}
+
+// mountOfOneObject mounts a fresh bucket holding one object of size
+// random bytes (testenv.RandomBytes of seed) under key, its daemon polling
+// for poll (0: mountOf's default), and returns the object's path in the
+// mount and the daemon.
+func mountOfOneObject(t *testing.T, key string, size, seed int64, poll time.Duration) (string, *daemon.Daemon) {
+	t.Helper()
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutRandomObject(t, "data", key, size, seed)
+	var tune func(*daemon.Config)
+	if poll > 0 {
+		tune = func(c *daemon.Config) { c.FS.PollRequests = poll }
+	}
+	mp, d := mountOf(t, srv, "data", tune)
+	return filepath.Join(mp, key), d
 }
 
 // readBurst reads 256 KiB at each of n offsets 2 MiB apart in path at

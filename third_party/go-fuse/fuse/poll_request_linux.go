@@ -44,11 +44,12 @@ const freshPollShare = 20
 // none polls it and none sleeps. A request wakes every goroutine asleep in
 // ppoll (poll waiters are not exclusive, as blocked read(2) callers are),
 // and the wake-up is paid by the caller that sends it, inside its
-// syscall: a sleeper beside a polling goroutine cost one reader on 16
-// CPUs a fifth of its rate (docs/benchmarks.md of s3gdsfs). The other
+// syscall; beside a polling goroutine it buys nothing. The other
 // goroutines wait inside the process, and the one that stops watching
 // with a request in hand, leaving none to watch, gives one of them a
-// turn. At most maxPollers poll at once.
+// turn. At most maxPollers poll at once. A goroutine that was serving
+// can still come back to poll while one sleeps; wokenBesidePollers
+// counts what that costs.
 func (r *fuseFD) readDevice(fd int, dest []byte, served bool) (int, error) {
 	poll := r.server.opts.PollRequests
 	if poll <= 0 {

@@ -22,6 +22,9 @@ var daemonCounters = []struct{ key, label string }{
 	{"splice_small_buffer_bytes_total", "copied GB"},
 	{"splice_socket_waits_total", "socket waits"},
 	{"push_bytes_total", "pushed GB"},
+	// Not listed as they are: daemonLines gives the mean reply time.
+	{"fuse_read_replies_total", ""},
+	{"fuse_read_reply_seconds_total", ""},
 }
 
 // s3gdsfsCounters reads daemonCounters from the mount's stats extended
@@ -68,7 +71,7 @@ func daemonLines(b *bytes.Buffer, ms []*measurement) {
 		var parts []string
 		for _, c := range daemonCounters {
 			v, ok := x.DaemonPerRun[c.key]
-			if !ok {
+			if !ok || c.label == "" {
 				continue
 			}
 			if strings.HasSuffix(c.label, "GB") {
@@ -77,6 +80,34 @@ func daemonLines(b *bytes.Buffer, ms []*measurement) {
 				parts = append(parts, fmt.Sprintf("%s %.0f", c.label, v))
 			}
 		}
+		parts = append(parts, replyTimes(x)...)
 		fmt.Fprintf(b, "  %-8s %-6s %s\n", x.Target, x.Test, strings.Join(parts, ", "))
 	}
+}
+
+// replyTimes says how long the daemon took per READ request, from its read
+// off /dev/fuse to its reply's write, and for a single reader, which waits
+// on each reply, how long the rest of each request's time was: the
+// kernel's hand-offs and the reader's wake-up and next call.
+func replyTimes(x *measurement) []string {
+	n, secs := x.DaemonPerRun["fuse_read_replies_total"], x.DaemonPerRun["fuse_read_reply_seconds_total"]
+	if n <= 0 {
+		return nil
+	}
+	reply := secs / n * 1e6
+	out := []string{fmt.Sprintf("reply %.0f us/read", reply)}
+	if x.Test == "single" && len(x.Seconds) > 0 {
+		wall := 0.0
+		for _, s := range x.Seconds {
+			wall += s
+		}
+		wall /= float64(len(x.Seconds))
+		// A reply's write can return after its reader has run (on a busy
+		// machine the woken reader takes the daemon thread's CPU); then
+		// the difference says nothing.
+		if between := wall/n*1e6 - reply; between > 0 {
+			out = append(out, fmt.Sprintf("between replies %.0f us", between))
+		}
+	}
+	return out
 }

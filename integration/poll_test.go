@@ -197,11 +197,24 @@ func TestFusePollStreamWakesNoSleeper(t *testing.T) {
 	const reads = 128
 	out := filepath.Join(t.TempDir(), "stream")
 	before := metricAt(t, d, "fuse_wakeups_beside_pollers_total", "")
+	replies0, replySecs0 := metricAt(t, d, "fuse_read_replies_total", ""), metricAt(t, d, "fuse_read_reply_seconds_total", "")
 	// A dd of its own: a reader in this process would be signalled by the
 	// Go runtime inside its reads.
 	dd := exec.Command("dd", "if="+path, "of="+out, "bs=1M", "count="+strconv.Itoa(reads), "status=none")
+	start := time.Now()
 	if b, err := dd.CombinedOutput(); err != nil {
 		t.Fatalf("dd: %v: %s", err, b)
+	}
+	wall := time.Since(start)
+	// Each read was one READ request. A reply's time ends when its write
+	// returns, which can come after the reader woken by it has run on the
+	// daemon thread's CPU (up to one more read's time), so the sum is
+	// bounded by twice the reads' time, not once.
+	replies := metricAt(t, d, "fuse_read_replies_total", "") - replies0
+	replyTime := time.Duration((metricAt(t, d, "fuse_read_reply_seconds_total", "") - replySecs0) * 1e9)
+	t.Logf("%v READ replies, %v from request to reply in all, dd %v", replies, replyTime, wall)
+	if replies != reads || replyTime <= 0 || replyTime > 2*wall {
+		t.Fatalf("%v READ replies taking %v in all for %d reads in %v; want %d, within twice the reads' time", replies, replyTime, reads, wall, reads)
 	}
 	got, err := os.ReadFile(out)
 	if err != nil {

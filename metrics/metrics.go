@@ -86,6 +86,10 @@ type Set struct {
 	// FuseWokenBesidePollers counts daemon threads woken from ppoll by a
 	// request while another thread polled /dev/fuse.
 	FuseWokenBesidePollers prometheus.CounterFunc
+	// FuseReadReplies and FuseReadReplySeconds count READ requests
+	// answered and the time from reading each off /dev/fuse to having
+	// written its reply.
+	FuseReadReplies, FuseReadReplySeconds prometheus.CounterFunc
 
 	importsOpen  atomic.Pointer[func() float64]
 	fuseRequests atomic.Pointer[func() FuseRequestWaits]
@@ -93,30 +97,38 @@ type Set struct {
 
 // FuseRequestWaits is how many FUSE requests a daemon thread found while
 // polling /dev/fuse, after sleeping in ppoll, or in a blocking read, and
-// how many INTERRUPT requests found their request or were requeued, and
-// how many threads were woken from ppoll while another polled.
+// how many INTERRUPT requests found their request or were requeued, how
+// many threads were woken from ppoll while another polled, and how long
+// READ requests took from their read off the device to their reply.
 type FuseRequestWaits struct {
 	Polled, Slept, Blocked              uint64
 	InterruptsFound, InterruptsRequeued uint64
 	WokenBesidePollers                  uint64
+	ReadReplies                         uint64
+	ReadReplySeconds                    float64
 }
 
-// count is the counter of one label value of fuse_requests_total (wait)
-// or fuse_interrupts_total (outcome).
-func (w FuseRequestWaits) count(label string) uint64 {
+// count is the value of one of the FUSE server's counters: a label value
+// of fuse_requests_total (wait) or fuse_interrupts_total (outcome), or the
+// name of a counter without labels.
+func (w FuseRequestWaits) count(label string) float64 {
 	switch label {
 	case "polled":
-		return w.Polled
+		return float64(w.Polled)
 	case "slept":
-		return w.Slept
+		return float64(w.Slept)
 	case "blocked":
-		return w.Blocked
+		return float64(w.Blocked)
 	case "found":
-		return w.InterruptsFound
+		return float64(w.InterruptsFound)
 	case "requeued":
-		return w.InterruptsRequeued
+		return float64(w.InterruptsRequeued)
 	case "beside_pollers":
-		return w.WokenBesidePollers
+		return float64(w.WokenBesidePollers)
+	case "read_replies":
+		return float64(w.ReadReplies)
+	case "read_reply_seconds":
+		return w.ReadReplySeconds
 	}
 	return 0
 }
@@ -269,7 +281,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 			if f == nil {
 				return 0
 			}
-			return float64((*f)().count(value))
+			return (*f)().count(value)
 		})
 	}
 	for _, wait := range []string{"polled", "slept", "blocked"} {
@@ -285,6 +297,11 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.FuseWokenBesidePollers = fuseCounter("s3gdsfs_fuse_wakeups_beside_pollers_total",
 		"Daemon threads woken from ppoll by a FUSE request while another thread polled /dev/fuse (--fuse-poll): wake-ups not needed, each paid by the caller that sent the request inside its syscall.",
 		"", "beside_pollers")
+	s.FuseReadReplies = fuseCounter("s3gdsfs_fuse_read_replies_total",
+		"FUSE READ requests the daemon answered.", "", "read_replies")
+	s.FuseReadReplySeconds = fuseCounter("s3gdsfs_fuse_read_reply_seconds_total",
+		"Time from reading each FUSE READ request off /dev/fuse to having written its reply, the copy of a spliced reply into the caller's memory included: the daemon's share of a read's time.",
+		"", "read_reply_seconds")
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
 	})
@@ -313,6 +330,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
+		s.FuseReadReplies, s.FuseReadReplySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		f(c)

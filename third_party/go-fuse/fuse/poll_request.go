@@ -5,6 +5,7 @@ package fuse
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // RequestWaits counts the requests read from the device by how the
@@ -25,6 +26,13 @@ type RequestWaits struct {
 	// while another goroutine polled the device: a wake-up not needed,
 	// which the caller that sent the request paid inside its syscall.
 	WokenBesidePollers uint64
+	// ReadReplies are the READ requests answered, and ReadReplyTime the
+	// time from reading each off the device to having written its reply
+	// (for a spliced reply, its copy into the caller's memory included):
+	// the daemon's share of a read's time. The rest is the kernel's and
+	// the caller's (for a reader waiting on each reply, its wake-up).
+	ReadReplies   uint64
+	ReadReplyTime time.Duration
 }
 
 type requestWaitCounts struct{ polled, slept, blocked, wokenBesidePollers atomic.Uint64 }
@@ -42,7 +50,20 @@ func (ms *Server) RequestWaits() RequestWaits {
 	w := &ms.fuseFD.waits
 	return RequestWaits{Polled: w.polled.Load(), Slept: w.slept.Load(), Blocked: w.blocked.Load(),
 		InterruptsFound: ms.interruptsFound.Load(), InterruptsRequeued: ms.interruptsRequeued.Load(),
-		WokenBesidePollers: w.wokenBesidePollers.Load()}
+		WokenBesidePollers: w.wokenBesidePollers.Load(),
+		ReadReplies:        ms.fuseFD.replies.count.Load(), ReadReplyTime: time.Duration(ms.fuseFD.replies.nanos.Load())}
+}
+
+// replyTimes sums how long READ requests took from their read off the
+// device to their reply's write.
+type replyTimes struct{ count, nanos atomic.Uint64 }
+
+func (t *replyTimes) note(read time.Time) {
+	if read.IsZero() {
+		return
+	}
+	t.count.Add(1)
+	t.nanos.Add(uint64(time.Since(read)))
 }
 
 // deviceWatch says who watches the device for requests when

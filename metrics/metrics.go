@@ -108,31 +108,6 @@ type FuseRequestWaits struct {
 	ReadReplySeconds                    float64
 }
 
-// count is the value of one of the FUSE server's counters: a label value
-// of fuse_requests_total (wait) or fuse_interrupts_total (outcome), or the
-// name of a counter without labels.
-func (w FuseRequestWaits) count(label string) float64 {
-	switch label {
-	case "polled":
-		return float64(w.Polled)
-	case "slept":
-		return float64(w.Slept)
-	case "blocked":
-		return float64(w.Blocked)
-	case "found":
-		return float64(w.InterruptsFound)
-	case "requeued":
-		return float64(w.InterruptsRequeued)
-	case "beside_pollers":
-		return float64(w.WokenBesidePollers)
-	case "read_replies":
-		return float64(w.ReadReplies)
-	case "read_reply_seconds":
-		return w.ReadReplySeconds
-	}
-	return 0
-}
-
 // ReportFuseRequests sets where s3gdsfs_fuse_requests_total is read at
 // scrape time (the FUSE server); until then it reads 0.
 func (s *Set) ReportFuseRequests(f func() FuseRequestWaits) { s.fuseRequests.Store(&f) }
@@ -271,37 +246,42 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		}
 		return 0
 	})
-	fuseCounter := func(name, help, label, value string) prometheus.CounterFunc {
-		opts := prometheus.CounterOpts{Name: name, Help: help}
-		if label != "" {
-			opts.ConstLabels = prometheus.Labels{label: value}
-		}
-		return prometheus.NewCounterFunc(opts, func() float64 {
+	// fuseCounter reads one of the FUSE server's counters (get) at
+	// scrape time; labels may be nil.
+	fuseCounter := func(name, help string, labels prometheus.Labels, get func(FuseRequestWaits) float64) prometheus.CounterFunc {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 {
 			f := s.fuseRequests.Load()
 			if f == nil {
 				return 0
 			}
-			return (*f)().count(value)
+			return get((*f)())
 		})
 	}
-	for _, wait := range []string{"polled", "slept", "blocked"} {
-		s.FuseRequests = append(s.FuseRequests, fuseCounter("s3gdsfs_fuse_requests_total",
-			"FUSE requests read by the daemon, by how the reading thread waited for them: found while polling /dev/fuse (polled), after sleeping in ppoll (slept), or in a blocking read (blocked, without --fuse-poll).",
-			"wait", wait))
+	const requestsHelp = "FUSE requests read by the daemon, by how the reading thread waited for them: found while polling /dev/fuse (polled), after sleeping in ppoll (slept), or in a blocking read (blocked, without --fuse-poll)."
+	s.FuseRequests = []prometheus.CounterFunc{
+		fuseCounter("s3gdsfs_fuse_requests_total", requestsHelp, prometheus.Labels{"wait": "polled"},
+			func(w FuseRequestWaits) float64 { return float64(w.Polled) }),
+		fuseCounter("s3gdsfs_fuse_requests_total", requestsHelp, prometheus.Labels{"wait": "slept"},
+			func(w FuseRequestWaits) float64 { return float64(w.Slept) }),
+		fuseCounter("s3gdsfs_fuse_requests_total", requestsHelp, prometheus.Labels{"wait": "blocked"},
+			func(w FuseRequestWaits) float64 { return float64(w.Blocked) }),
 	}
-	for _, outcome := range []string{"found", "requeued"} {
-		s.FuseInterrupts = append(s.FuseInterrupts, fuseCounter("s3gdsfs_fuse_interrupts_total",
-			"INTERRUPT requests from the kernel (a signal to a caller inside a request), by outcome: found the request (cancelled only if the caller is being killed), or came before the request was handled and were answered EAGAIN, which the kernel sends again at once (requeued).",
-			"outcome", outcome))
+	const interruptsHelp = "INTERRUPT requests from the kernel (a signal to a caller inside a request), by outcome: found the request (cancelled only if the caller is being killed), or came before the request was handled and were answered EAGAIN, which the kernel sends again at once (requeued)."
+	s.FuseInterrupts = []prometheus.CounterFunc{
+		fuseCounter("s3gdsfs_fuse_interrupts_total", interruptsHelp, prometheus.Labels{"outcome": "found"},
+			func(w FuseRequestWaits) float64 { return float64(w.InterruptsFound) }),
+		fuseCounter("s3gdsfs_fuse_interrupts_total", interruptsHelp, prometheus.Labels{"outcome": "requeued"},
+			func(w FuseRequestWaits) float64 { return float64(w.InterruptsRequeued) }),
 	}
 	s.FuseWokenBesidePollers = fuseCounter("s3gdsfs_fuse_wakeups_beside_pollers_total",
 		"Daemon threads woken from ppoll by a FUSE request while another thread polled /dev/fuse (--fuse-poll): wake-ups not needed, each paid by the caller that sent the request inside its syscall.",
-		"", "beside_pollers")
+		nil, func(w FuseRequestWaits) float64 { return float64(w.WokenBesidePollers) })
 	s.FuseReadReplies = fuseCounter("s3gdsfs_fuse_read_replies_total",
-		"FUSE READ requests the daemon answered.", "", "read_replies")
+		"FUSE READ requests the daemon answered.",
+		nil, func(w FuseRequestWaits) float64 { return float64(w.ReadReplies) })
 	s.FuseReadReplySeconds = fuseCounter("s3gdsfs_fuse_read_reply_seconds_total",
 		"Time from reading each FUSE READ request off /dev/fuse to having written its reply, the copy of a spliced reply into the caller's memory included: the daemon's share of a read's time.",
-		"", "read_reply_seconds")
+		nil, func(w FuseRequestWaits) float64 { return w.ReadReplySeconds })
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
 	})

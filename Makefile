@@ -81,14 +81,18 @@ posix-bundle: gpu-bundle bench-deps
 	@ls -la $(POSIX_BUNDLE)
 
 # Tests mount real FUSE filesystems against a real S3 server.
+# GOFUSE_PATCHED: the packages of the go-fuse copy whose patches have
+# tests of their own (third_party/go-fuse/PATCHES.md).
+GOFUSE_PATCHED := github.com/hanwen/go-fuse/v2/fuse
+
 test: deps
-	$(GO) vet ./...
-	$(GO) test -count=1 -p 2 -timeout 40m ./...
+	$(GO) vet ./... $(GOFUSE_PATCHED)
+	$(GO) test -count=1 -p 2 -timeout 40m ./... $(GOFUSE_PATCHED)
 
 # test-race: the same under the race detector, less the fault and load
 # tests, whose timing bounds do not allow for its slowdown.
 test-race: deps
-	$(GO) test -race -count=1 -p 2 -timeout 40m -skip 'Fault|Load' ./...
+	$(GO) test -race -count=1 -p 2 -timeout 40m -skip 'Fault|Load' ./... $(GOFUSE_PATCHED)
 
 demo: build
 	./$(BIN) demo $(DEMO_FLAGS)

@@ -85,6 +85,17 @@ func (b *RawBody) Left() int64 { return b.left }
 // io.ErrUnexpectedEOF; one that brings no byte for the timeout,
 // os.ErrDeadlineExceeded. After an error the body is of no further use.
 func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
+	return b.splice(pipeW, n, true)
+}
+
+// SpliceReady moves up to n more bytes of the body into the pipe, as
+// SpliceTo does, but only those the socket holds already: it never waits,
+// and returns 0 when nothing is there. Its errors are SpliceTo's.
+func (b *RawBody) SpliceReady(pipeW int, n int) (int, error) {
+	return b.splice(pipeW, n, false)
+}
+
+func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
 	if b.closed {
 		return 0, errors.New("splice from a closed body")
 	}
@@ -121,7 +132,7 @@ func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
 				// the first is worth waiting for, and then for the rest
 				// of the request at once (SO_RCVLOWAT: the socket reads
 				// as ready only when that much is in), not packet by packet.
-				if !PipeHasRoom(pipeW) {
+				if !wait || !PipeHasRoom(pipeW) {
 					return true
 				}
 				lowat = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n-got) == nil

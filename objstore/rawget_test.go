@@ -276,3 +276,57 @@ func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
 		t.Errorf("the last 10 bytes took %v: the socket waited for more", d)
 	}
 }
+
+// SpliceReady moves what the socket holds and never waits for more: nothing
+// before the first piece has come, then that piece, then the rest.
+func TestSpliceReadyTakesWhatIsThereWithoutWaiting(t *testing.T) {
+	const n = 2000
+	body := testenv.RandomBytes(5, 0, n)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	ep := fakeServer(t, func(c net.Conn) {
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", n)
+		for _, piece := range [][]byte{body[:1200], body[1200:]} {
+			time.Sleep(300 * time.Millisecond)
+			c.Write(piece)
+		}
+		<-done
+	})
+	m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
+		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	start := time.Now()
+	if got, err := b.SpliceReady(p[1], n); got != 0 || err != nil {
+		t.Fatalf("SpliceReady before the body came: %d, %v; want 0, nil", got, err)
+	}
+	if d := time.Since(start); d > 150*time.Millisecond {
+		t.Fatalf("SpliceReady with an empty socket took %v: it waited", d)
+	}
+	time.Sleep(450 * time.Millisecond) // the first piece is in
+	if got, err := b.SpliceReady(p[1], n); got != 1200 || err != nil {
+		t.Fatalf("SpliceReady after the first piece: %d, %v; want 1200", got, err)
+	}
+	if b.Waits() != 0 {
+		t.Fatalf("Waits() = %d after two SpliceReady: it must never wait", b.Waits())
+	}
+	if got, err := b.SpliceTo(p[1], n-1200); got != n-1200 || err != nil {
+		t.Fatalf("SpliceTo of the rest: %d, %v", got, err)
+	}
+	out := make([]byte, n)
+	if k, err := unix.Read(p[0], out); k != n || err != nil || !bytes.Equal(out, body) {
+		t.Fatalf("pipe held %d bytes (%v), want the body", k, err)
+	}
+}

@@ -32,14 +32,23 @@ import (
 // read one descriptor), when the GET fails (ordinary reads take over from
 // there, with their retries), and at close. Its socket buffer is its read
 // ahead: the server is held back by TCP, and no block memory is used.
+//
+// Once a reply has been written, the feed splices what the socket already
+// holds of the next one into the pipe (up to the size of the reply just
+// written) before it lets go: that splice, about a sixth of a request's
+// time on 16 cores, then runs while the reader wakes up to its reply,
+// not after its next request has come.
 type spliceFeed struct {
 	// mu is held from a read's splice into the pipe until its reply has
-	// been written out of the pipe: the pipe holds one reply at a time.
+	// been written out of the pipe and the next one's bytes spliced in.
 	mu     sync.Mutex
 	body   *objstore.RawBody // nil once ended
 	pr, pw int               // the pipe: read end for the reply, write end for the socket
 	size   int               // the pipe's capacity now (replyPipeSize of the reply)
 	pos    int64             // next byte of the object the socket brings
+	// inPipe is how many bytes wait in the pipe: those of the object
+	// from pos-inPipe on, for the next read.
+	inPipe int
 	// copying counts replies still to copy without trying the pipe: the
 	// socket's last reply came in buffers too small for it.
 	copying int
@@ -117,45 +126,52 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		feed.mu.Unlock()
 		return r, false
 	}
-	// Every reply leaves the pipe whole; bytes still in it are of a reply
-	// that was not delivered (its request was interrupted), and the reader
-	// asks for them again: ordinary reads serve from there.
+	// Every reply leaves the pipe whole, so the pipe holds just what the
+	// feed put there for this read; more are bytes of a reply that was not
+	// delivered (its request was interrupted), and the reader asks for
+	// them again: ordinary reads serve from there.
 	inPipe, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
-	if err != nil || inPipe != 0 || off != feed.pos || off >= size {
-		if err == nil && inPipe != 0 {
-			err = fmt.Errorf("%d bytes of a reply left in the pipe", inPipe)
+	if err != nil || inPipe != feed.inPipe || off != feed.readerAt() || off >= size {
+		if err == nil && inPipe != feed.inPipe {
+			err = fmt.Errorf("%d bytes in the pipe, %d put there", inPipe, feed.inPipe)
 		}
 		h.endSplice(feed, spliceLeft, err)
 		feed.mu.Unlock()
 		return r, false
 	}
 	want := int(min(int64(n), size-off))
-	moved, tried := 0, feed.copying == 0
+	tried := feed.copying == 0
 	if !tried {
 		feed.copying--
-	} else if moved, err = feed.fill(want, h.f.m.SpliceSocketWaits); err != nil {
-		feed.pos = off // the reader's place: what reached the pipe goes with it
-		h.endSplice(feed, spliceError, err)
-		feed.mu.Unlock()
-		return r, false
-	} else if moved == want && objstore.PipeHasRoom(feed.pw) {
+	} else if feed.inPipe < want {
+		if err = feed.fill(want, h.f.m.SpliceSocketWaits); err != nil {
+			feed.rewind(off) // the reader's place: what reached the pipe goes with it
+			h.endSplice(feed, spliceError, err)
+			feed.mu.Unlock()
+			return r, false
+		}
+	}
+	if tried && feed.inPipe >= want && objstore.PipeHasRoom(feed.pw) {
 		return SplicedReply{FD: feed.pr, N: want, Done: func() (taken int) {
 			defer feed.mu.Unlock()
 			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
 			if err == nil {
-				taken = want - left
+				taken = feed.inPipe - left
 				h.f.m.SpliceBytes.Add(float64(taken))
 				h.f.m.PosixReadBytes.Add(float64(taken))
 			}
 			switch {
 			case err != nil:
-				feed.pos = off
+				feed.rewind(off)
 				h.endSplice(feed, spliceError, fmt.Errorf("pipe after a reply: %w", err))
-			case left != 0:
-				feed.pos = off + int64(taken) // where the reader is
+			case taken != want:
+				feed.rewind(off + int64(taken)) // where the reader is
 				h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes taken in part (%d)", want, taken))
-			case feed.pos == size:
+			case off+int64(want) == size:
 				h.endSplice(feed, spliceDone, nil)
+			default:
+				feed.inPipe = left
+				feed.fillAhead(want)
 			}
 			return taken
 		}}, true
@@ -170,16 +186,16 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	if tried {
 		feed.copying = copyRun
 	}
-	data, err := feed.copyOut(moved, want)
+	data, err := feed.copyOut(want)
 	if err != nil {
-		feed.pos = off
+		feed.rewind(off)
 		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
 		return r, false
 	}
 	h.f.m.SpliceSmallBuffers.Add(float64(want))
 	h.f.m.PosixReadBytes.Add(float64(want))
-	if feed.pos == size {
+	if off+int64(want) == size {
 		h.endSplice(feed, spliceDone, nil)
 	}
 	feed.mu.Unlock()
@@ -191,40 +207,65 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 // reads.
 const copyRun = 15
 
-// fill sizes the pipe for a reply of want bytes and splices up to that many
-// from the socket into it, as many as it takes, adding to waits each time
-// it had to wait for the socket.
-func (feed *spliceFeed) fill(want int, waits interface{ Add(float64) }) (int, error) {
-	if size := replyPipeSize(want); size != feed.size {
+// readerAt is the offset of the read the feed is ready for: the first byte
+// in the pipe.
+func (feed *spliceFeed) readerAt() int64 { return feed.pos - int64(feed.inPipe) }
+
+// rewind forgets the pipe's bytes: the reader is at off, where ordinary
+// reads take over once the feed has ended.
+func (feed *spliceFeed) rewind(off int64) { feed.pos, feed.inPipe = off, 0 }
+
+// fill sizes the pipe for a reply of want bytes (unless it holds more
+// already) and splices from the socket into it until it holds want bytes
+// or is full, adding to waits each time it had to wait for the socket.
+func (feed *spliceFeed) fill(want int, waits interface{ Add(float64) }) error {
+	if size := replyPipeSize(want); size != feed.size && size >= feed.inPipe {
 		if _, err := unix.FcntlInt(uintptr(feed.pw), unix.F_SETPIPE_SZ, size); err != nil {
-			return 0, fmt.Errorf("pipe of %d bytes: %w", size, err)
+			return fmt.Errorf("pipe of %d bytes: %w", size, err)
 		}
 		feed.size = size
 	}
 	before := feed.body.Waits()
-	moved, err := feed.body.SpliceTo(feed.pw, want)
+	moved, err := feed.body.SpliceTo(feed.pw, want-feed.inPipe)
 	feed.pos += int64(moved)
+	feed.inPipe += moved
 	if w := feed.body.Waits() - before; w > 0 {
 		waits.Add(float64(w))
 	}
-	return moved, err
+	return err
 }
 
-// copyOut reads the moved bytes in the pipe and the rest of a reply of want
-// bytes from the socket.
-func (feed *spliceFeed) copyOut(moved, want int) ([]byte, error) {
+// fillAhead, after a reply of want bytes has left the pipe, splices into it
+// what the socket holds already of the next reply of that size, without
+// waiting for more. An error is left for the next read's fill to meet
+// again (the socket keeps failing), or for the pipe check to end the feed.
+func (feed *spliceFeed) fillAhead(want int) {
+	k := int(min(int64(want-feed.inPipe), feed.body.Left()))
+	if k <= 0 {
+		return
+	}
+	moved, _ := feed.body.SpliceReady(feed.pw, k)
+	feed.pos += int64(moved)
+	feed.inPipe += moved
+}
+
+// copyOut reads a reply of want bytes: those in the pipe (up to want), then
+// the rest from the socket.
+func (feed *spliceFeed) copyOut(want int) ([]byte, error) {
 	data := make([]byte, want)
-	for got := 0; got < moved; {
-		k, err := unix.Read(feed.pr, data[got:moved])
+	fromPipe := min(feed.inPipe, want)
+	for got := 0; got < fromPipe; {
+		k, err := unix.Read(feed.pr, data[got:fromPipe])
 		if err != nil || k == 0 {
-			return nil, fmt.Errorf("read from the pipe after %d of %d bytes: %v", got, moved, err)
+			return nil, fmt.Errorf("read from the pipe after %d of %d bytes: %v", got, fromPipe, err)
 		}
 		got += k
+		feed.inPipe -= k
 	}
-	if err := feed.body.ReadFull(data[moved:]); err != nil {
+	if err := feed.body.ReadFull(data[fromPipe:]); err != nil {
 		return nil, err
 	}
-	feed.pos += int64(want - moved)
+	feed.pos += int64(want - fromPipe)
 	return data, nil
 }
 
@@ -309,7 +350,7 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	h.f.m.SpliceEnds.WithLabelValues(why).Inc()
 	if err != nil {
 		h.f.log.Debug("spliced GET stopped; ordinary reads take over", "bucket", h.obj.bucket, "key", h.obj.key,
-			"at", feed.pos, "err", err)
+			"at", feed.readerAt(), "err", err)
 	}
 	h.mu.Lock()
 	if h.splice == feed {
@@ -317,7 +358,7 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 		h.f.splicingHandles.Add(-1)
 	}
 	if (why == spliceError || why == spliceShared) && !h.reading {
-		h.nextOff, h.streak, h.streamTried = feed.pos, true, true
+		h.nextOff, h.streak, h.streamTried = feed.readerAt(), true, true
 	}
 	h.mu.Unlock()
 }

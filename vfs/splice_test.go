@@ -227,3 +227,106 @@ func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
 		})
 	}
 }
+
+// Once a reply has left the pipe the feed splices in what the socket holds
+// of the next, before the next read comes; reads of other sizes than the
+// last take what they ask for, no more, and every byte is the object's.
+func TestSpliceReadFillsTheNextReplyAhead(t *testing.T) {
+	ms := newMemStore()
+	const size = 6<<20 + 4321
+	data := randomBytes(size, 41)
+	ms.put("b", "obj", data, "e1")
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true})
+	h := openSpliced(t, f, "obj")
+
+	sizes := []int{1 << 20, 1 << 20, 256 << 10, 64 << 10, 1 << 20, 300 << 10, 1 << 20}
+	var got []byte
+	filledAhead := 0
+	for i, off := 0, int64(0); off < size; i++ {
+		n := sizes[i%len(sizes)]
+		r, ok := h.SpliceRead(off, n)
+		if !ok || r.Data != nil {
+			t.Fatalf("read %d of %d bytes at %d: spliced %v, copied %v; want it spliced", i, n, off, ok, r.Data != nil)
+		}
+		if want := int(min(int64(n), size-off)); r.N != want {
+			t.Fatalf("read %d at %d: reply of %d bytes, want %d", i, off, r.N, want)
+		}
+		got = append(got, takeFromPipe(t, r.FD, r.N)...)
+		time.Sleep(20 * time.Millisecond) // the socket catches up while the reader wakes
+		if taken := r.Done(); taken != r.N {
+			t.Fatalf("read %d: done says %d taken, want %d", i, taken, r.N)
+		}
+		off += int64(r.N)
+		if off < size {
+			ahead, err := unix.IoctlGetInt(r.FD, unix.TIOCINQ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// At most what the largest read before asked for: the fill
+			// ahead is of the last reply's size, and a smaller read
+			// leaves the rest of it.
+			if ahead > 1<<20 || int64(ahead) > size-off {
+				t.Fatalf("after read %d: %d bytes in the pipe at %d, more than a read asked for or the object has left", i, ahead, off)
+			}
+			if ahead > 0 {
+				filledAhead++
+			}
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("spliced bytes differ from the object")
+	}
+	if filledAhead == 0 {
+		t.Error("no reply's bytes were in the pipe before its read: nothing was filled ahead")
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want one done", ends)
+	}
+	if b := snap["splice_bytes_total"]; b != float64(size) {
+		t.Errorf("spliced bytes %v, want %d", b, size)
+	}
+}
+
+// A read that comes after bytes were filled ahead but not where they start
+// (the reader seeked) ends the feed, and the ordinary read that serves it,
+// and the ones after, are right.
+func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
+	ms := newMemStore()
+	const size = 4<<20 + 9
+	data := randomBytes(size, 43)
+	ms.put("b", "obj", data, "e1")
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true})
+	h := openSpliced(t, f, "obj")
+	r, ok := h.SpliceRead(0, 1<<20)
+	if !ok || r.Data != nil {
+		t.Fatal("first read not spliced")
+	}
+	takeFromPipe(t, r.FD, r.N)
+	time.Sleep(20 * time.Millisecond)
+	r.Done()
+	if ahead, _ := unix.IoctlGetInt(r.FD, unix.TIOCINQ); ahead == 0 {
+		t.Fatal("nothing filled ahead after the first reply")
+	}
+	// Back to 4 KiB in, then on from there.
+	if _, ok := h.SpliceRead(4096, 1<<20); ok {
+		t.Fatal("a read before the bytes in the pipe was spliced")
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(4096); off < size; off += int64(len(buf)) {
+		k, err := h.ReadAt(context.Background(), buf, off)
+		if (err != nil && k != int(size-off)) || !bytes.Equal(buf[:k], data[off:off+int64(k)]) {
+			t.Fatalf("ordinary read at %d after the feed ended: %d bytes, %v, or wrong bytes", off, k, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
+		t.Errorf("splice ends %s, want one left", ends)
+	}
+}

@@ -58,6 +58,16 @@ func (ms *Server) RequestWaits() RequestWaits {
 // device to their reply's write.
 type replyTimes struct{ count, nanos atomic.Uint64 }
 
+// noteReply notes a READ's reply time, once: as its write returns, before
+// the read result's Done, whose own work (the result may prepare the next
+// reply there) is not the reply's.
+func (r *fuseFD) noteReply(req *request) {
+	if req.inHeader().Opcode == _OP_READ {
+		r.replies.note(req.startTime)
+		req.startTime = time.Time{}
+	}
+}
+
 func (t *replyTimes) note(read time.Time) {
 	if read.IsZero() {
 		return

@@ -526,9 +526,7 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 		return OK
 	}
 	errno := ms.fuseFD.write(&req.request)
-	if req.inHeader().Opcode == _OP_READ { // s3gdsfs patch: replyTimes
-		ms.fuseFD.replies.note(req.startTime)
-	}
+	ms.fuseFD.noteReply(&req.request) // s3gdsfs patch: replyTimes, unless write did
 	if errno != 0 {
 		// Ignore ENOENT for INTERRUPT responses which
 		// indicates that the referred request is no longer

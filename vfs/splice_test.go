@@ -190,12 +190,15 @@ func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
 		name       string
 		segmentFor int
 		size       int
-	}{{"small throughout", 0, 1<<20 + 333}, {"small then pages", 256 << 10, 4<<20 + 333}} {
+		ahead      bool
+	}{{"small throughout", 0, 1<<20 + 333, false}, {"small then pages", 256 << 10, 4<<20 + 333, false},
+		{"small then pages, filling ahead", 256 << 10, 4<<20 + 333, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := newMemStore()
 			data := randomBytes(tc.size, 27)
 			ms.put("b", "obj", data, "e1")
-			f := newTestFS(t, rawMemStore{memStore: ms, t: t, segment: 700, segmentFor: tc.segmentFor}, Config{Splice: true})
+			f := newTestFS(t, rawMemStore{memStore: ms, t: t, segment: 700, segmentFor: tc.segmentFor},
+				Config{Splice: true, SpliceAhead: tc.ahead})
 			h := openSpliced(t, f, "obj")
 			var got []byte
 			copiedBytes := 0
@@ -228,15 +231,22 @@ func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
 	}
 }
 
-// Once a reply has left the pipe the feed splices in what the socket holds
-// of the next, before the next read comes; reads of other sizes than the
-// last take what they ask for, no more, and every byte is the object's.
+// With SpliceAhead, once a reply has left the pipe the feed splices in
+// what the socket holds of the next, before the next read comes (without,
+// nothing); reads of other sizes than the last take what they ask for, no
+// more, and every byte is the object's.
 func TestSpliceReadFillsTheNextReplyAhead(t *testing.T) {
+	for _, ahead := range []bool{true, false} {
+		t.Run(fmt.Sprintf("SpliceAhead=%v", ahead), func(t *testing.T) { testSpliceAhead(t, ahead) })
+	}
+}
+
+func testSpliceAhead(t *testing.T, ahead bool) {
 	ms := newMemStore()
 	const size = 6<<20 + 4321
 	data := randomBytes(size, 41)
 	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true})
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true, SpliceAhead: ahead})
 	h := openSpliced(t, f, "obj")
 
 	sizes := []int{1 << 20, 1 << 20, 256 << 10, 64 << 10, 1 << 20, 300 << 10, 1 << 20}
@@ -276,8 +286,11 @@ func TestSpliceReadFillsTheNextReplyAhead(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Fatal("spliced bytes differ from the object")
 	}
-	if filledAhead == 0 {
+	if ahead && filledAhead == 0 {
 		t.Error("no reply's bytes were in the pipe before its read: nothing was filled ahead")
+	}
+	if !ahead && filledAhead != 0 {
+		t.Errorf("%d replies' bytes were in the pipe before their reads without SpliceAhead", filledAhead)
 	}
 	snap, err := f.m.Snapshot()
 	if err != nil {
@@ -299,7 +312,7 @@ func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 	const size = 4<<20 + 9
 	data := randomBytes(size, 43)
 	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true})
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true, SpliceAhead: true})
 	h := openSpliced(t, f, "obj")
 	r, ok := h.SpliceRead(0, 1<<20)
 	if !ok || r.Data != nil {

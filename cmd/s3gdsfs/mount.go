@@ -93,7 +93,7 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
 	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
 	fs.IntVar(&mf.pushReaders, "push-readers", defaultPushReaders, "how many opens of objects of at least --direct-io-min-size may be fed at once by writing what is fetched ahead into the kernel page cache (faster for the reader, more CPU), instead of direct I/O; 0: none")
-	fs.DurationVar(&mf.fusePoll, "fuse-poll", defaultFusePoll(), "how long a daemon thread that has just replied polls /dev/fuse for the next FUSE request before it sleeps (threads that have not, while another polls, a twentieth of it); a request it catches skips a thread wake-up (0: sleep at once; default 1ms with 8 CPUs or more, else 0)")
+	fs.DurationVar(&mf.fusePoll, "fuse-poll", defaultFusePoll(), "how long a daemon thread that has just replied polls /dev/fuse for the next FUSE request before it sleeps (threads that have not, while another polls, a twentieth of it); a request it catches skips a thread wake-up; a polling mount also fills a spliced reader's next reply ahead (0: sleep at once, no filling ahead; default 1ms with 8 CPUs or more, else 0)")
 	fs.IntVar(&mf.pushWorkers, "push-workers", vfs.DefaultPushWorkers(), "blocks written into the page cache at once, across files (--push-readers)")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
 	fs.StringVar(&mf.logLevel, "log-level", "info", "debug, info, warn or error")

@@ -230,32 +230,7 @@ func TestGetRawBodiesThatBreak(t *testing.T) {
 func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
 	const n = 2010
 	body := testenv.RandomBytes(3, 0, n)
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	ep := fakeServer(t, func(c net.Conn) {
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", n)
-		for _, piece := range [][]byte{body[:1000], body[1000:2000], body[2000:]} {
-			time.Sleep(150 * time.Millisecond)
-			c.Write(piece)
-		}
-		<-done // keep the connection open, as a keep-alive server does
-	})
-	m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
-		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
+	b, p := pacedRawBody(t, body, 150*time.Millisecond, 1000, 2000)
 	if got, err := b.SpliceTo(p[1], 2000); got != 2000 || err != nil {
 		t.Fatalf("splice of 2000 bytes that come in two pieces: %d, %v", got, err)
 	}
@@ -282,32 +257,7 @@ func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
 func TestSpliceReadyTakesWhatIsThereWithoutWaiting(t *testing.T) {
 	const n = 2000
 	body := testenv.RandomBytes(5, 0, n)
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	ep := fakeServer(t, func(c net.Conn) {
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", n)
-		for _, piece := range [][]byte{body[:1200], body[1200:]} {
-			time.Sleep(300 * time.Millisecond)
-			c.Write(piece)
-		}
-		<-done
-	})
-	m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
-		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
+	b, p := pacedRawBody(t, body, 300*time.Millisecond, 1200)
 	start := time.Now()
 	if got, err := b.SpliceReady(p[1], n); got != 0 || err != nil {
 		t.Fatalf("SpliceReady before the body came: %d, %v; want 0, nil", got, err)
@@ -329,4 +279,41 @@ func TestSpliceReadyTakesWhatIsThereWithoutWaiting(t *testing.T) {
 	if k, err := unix.Read(p[0], out); k != n || err != nil || !bytes.Equal(out, body) {
 		t.Fatalf("pipe held %d bytes (%v), want the body", k, err)
 	}
+}
+
+// pacedRawBody is the raw GET body of a server that sends body in pieces
+// cut at cuts, each after a pause, and keeps the connection open after
+// them, as a keep-alive server does; with a non-blocking pipe to splice
+// it into. Both are closed at the test's end.
+func pacedRawBody(t *testing.T, body []byte, pause time.Duration, cuts ...int) (*RawBody, [2]int) {
+	t.Helper()
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	ep := fakeServer(t, func(c net.Conn) {
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", len(body))
+		from := 0
+		for _, to := range append(cuts, len(body)) {
+			time.Sleep(pause)
+			c.Write(body[from:to])
+			from = to
+		}
+		<-done
+	})
+	m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
+		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(body))
+	b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
+	return b, p
 }

@@ -135,16 +135,7 @@ func TestSpliceReadRepliesWholeAndHandsOverWhenAReplyIsNotTaken(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Fatalf("spliced %d bytes, not the object's", len(got))
 	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
-		t.Errorf("splice ends %s, want one done", ends)
-	}
-	if b := snap["splice_bytes_total"]; b != float64(size) {
-		t.Errorf("spliced bytes %v, want %d", b, size)
-	}
+	checkSplicedWhole(t, f, size)
 
 	// A second handle: go-fuse takes a third of its second reply.
 	h2 := openFile(t, f, "obj")
@@ -292,16 +283,7 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 	if !ahead && filledAhead != 0 {
 		t.Errorf("%d replies' bytes were in the pipe before their reads without SpliceAhead", filledAhead)
 	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
-		t.Errorf("splice ends %s, want one done", ends)
-	}
-	if b := snap["splice_bytes_total"]; b != float64(size) {
-		t.Errorf("spliced bytes %v, want %d", b, size)
-	}
+	checkSplicedWhole(t, f, size)
 }
 
 // A read that comes after bytes were filled ahead but not where they start
@@ -341,5 +323,21 @@ func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 	}
 	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
 		t.Errorf("splice ends %s, want one left", ends)
+	}
+}
+
+// checkSplicedWhole checks that f's one spliced GET ran to the object's
+// end and every one of its size bytes was spliced.
+func checkSplicedWhole(t *testing.T, f *FS, size int) {
+	t.Helper()
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want one done", ends)
+	}
+	if b := snap["splice_bytes_total"]; b != float64(size) {
+		t.Errorf("spliced bytes %v, want %d", b, size)
 	}
 }

@@ -21,6 +21,7 @@ var daemonCounters = []struct{ key, label string }{
 	{"splice_bytes_total", "spliced GB"},
 	{"splice_small_buffer_bytes_total", "copied GB"},
 	{"splice_socket_waits_total", "socket waits"},
+	{"splice_ahead_bytes_total", "spliced ahead GB"},
 	{"push_bytes_total", "pushed GB"},
 	// Not listed as they are: daemonLines gives the mean reply time.
 	{"fuse_read_replies_total", ""},

@@ -84,13 +84,21 @@ func readAllChecked(t *testing.T, f *os.File, seed, off, size int64, bufSize int
 // A direct-I/O reader from the start of an object is served from one GET's
 // socket by splice: every byte right with page-aligned and odd buffers,
 // one GET per read of the object, every byte counted as spliced, none
-// through the daemon's blocks.
+// through the daemon's blocks; on a mount that polls for requests, which
+// fills each next reply into the pipe ahead of its read, and on one that
+// does not.
 func TestSplicedReadsAreByteExactAndSkipTheBlocks(t *testing.T) {
+	for _, poll := range []time.Duration{time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("fuse-poll=%v", poll), func(t *testing.T) { testSplicedReadsAreByteExact(t, poll) })
+	}
+}
+
+func testSplicedReadsAreByteExact(t *testing.T, poll time.Duration) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	const size, seed = 20<<20 + 4321, 71
 	sum := srv.PutRandomObject(t, "data", "big.bin", size, seed)
-	mp, d := spliceMount(t, srv, "data", nil)
+	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.FS.PollRequests = poll })
 	path := filepath.Join(mp, "big.bin")
 
 	for i, bufSize := range []int{1 << 20, 777_777, 4 << 20} {
@@ -102,6 +110,10 @@ func TestSplicedReadsAreByteExactAndSkipTheBlocks(t *testing.T) {
 		}
 	}
 	wantMetric(t, d, "splice_ends_total", "map[done:3]", "one GET per read of the object, each to its end")
+	ahead := metric(t, d, "splice_ahead_bytes_total")
+	if (poll > 0) == (ahead == "0") {
+		t.Errorf("%s bytes spliced ahead of their reads with --fuse-poll %v: want some only on a mount that polls", ahead, poll)
+	}
 	if got := metric(t, d, "s3_requests_total"); !strings.Contains(got, "get,ok:3") {
 		t.Errorf("requests: %s, want 3 GETs", got)
 	}

@@ -74,6 +74,9 @@ type Set struct {
 	// SpliceSocketWaits counts the times a spliced reply found the socket
 	// short of its bytes and waited for them.
 	SpliceSocketWaits prometheus.Counter
+	// SpliceAhead counts bytes spliced into a feed's pipe ahead of their
+	// read, once the reply before had been written (Config.SpliceAhead).
+	SpliceAhead prometheus.Counter
 
 	// FuseRequests counts FUSE requests by how a daemon thread waited for
 	// them (wait: polled, slept, blocked; --fuse-poll), read from the
@@ -213,6 +216,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.SpliceSocketWaits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_socket_waits_total", Help: "Times a spliced reply found its GET's socket short of the bytes it needed and waited for them (the server fell behind the reader).",
 	})
+	s.SpliceAhead = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_ahead_bytes_total", Help: "Bytes of spliced GETs moved from the socket into the pipe ahead of their read, while the reader woke to the reply before (mounts that poll for requests, --fuse-poll); the rest are moved when their read comes.",
+	})
 	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
 	}, []string{"errno"})
@@ -308,7 +314,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
-		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		s.FuseReadReplies, s.FuseReadReplySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

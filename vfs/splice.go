@@ -172,7 +172,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 			default:
 				feed.inPipe = left
 				if h.f.cfg.SpliceAhead {
-					feed.fillAhead(want)
+					h.f.m.SpliceAhead.Add(float64(feed.fillAhead(want)))
 				}
 			}
 			return taken
@@ -239,16 +239,18 @@ func (feed *spliceFeed) fill(want int, waits interface{ Add(float64) }) error {
 
 // fillAhead, after a reply of want bytes has left the pipe, splices into it
 // what the socket holds already of the next reply of that size, without
-// waiting for more. An error is left for the next read's fill to meet
-// again (the socket keeps failing), or for the pipe check to end the feed.
-func (feed *spliceFeed) fillAhead(want int) {
+// waiting for more, and returns how many bytes it moved. An error is left
+// for the next read's fill to meet again (the socket keeps failing), or for
+// the pipe check to end the feed.
+func (feed *spliceFeed) fillAhead(want int) int {
 	k := int(min(int64(want-feed.inPipe), feed.body.Left()))
 	if k <= 0 {
-		return
+		return 0
 	}
 	moved, _ := feed.body.SpliceReady(feed.pw, k)
 	feed.pos += int64(moved)
 	feed.inPipe += moved
+	return moved
 }
 
 // copyOut reads a reply of want bytes: those in the pipe (up to want), then

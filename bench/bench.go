@@ -72,20 +72,21 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 	}))
 
 	caches := &cacheDropper{}
-	progress("raw: minio-go against versitygw")
 	serverPid := func() map[string]int { return map[string]int{"server": srv.Pid()} }
-	raw := benchRaw(ctx, cfg, srv, set, hooks{beforeRun: func(context.Context) error {
+	raw, verifyRaw := rawTrials(cfg, srv, set, hooks{beforeRun: func(context.Context) error {
 		caches.drop()
 		return nil
 	}, pids: serverPid})
-	r.Measurements = append(r.Measurements, raw...)
-	r.Targets = append(r.Targets, statusOf("raw", "minio-go "+moduleVersion("github.com/minio/minio-go/v7"), raw))
+	trials := append([]*trial(nil), raw...)
+	finishes := []func(context.Context){verifyRaw}
+	statuses := []func() targetStatus{func() targetStatus {
+		return statusOf("raw", "minio-go "+moduleVersion("github.com/minio/minio-go/v7"), measurementsOf(raw))
+	}}
 
 	targets := []target{s3gdsfsTarget(cfg.bin, cfg.mountFlags, srv)}
 	if cfg.skipPeers {
-		r.Targets = append(r.Targets,
-			targetStatus{Name: "rclone", Status: "skipped", Reason: "-skip-peers"},
-			targetStatus{Name: "s3fs", Status: "skipped", Reason: "-skip-peers"})
+		statuses = append(statuses, func() targetStatus { return targetStatus{Name: "rclone", Status: "skipped", Reason: "-skip-peers"} },
+			func() targetStatus { return targetStatus{Name: "s3fs", Status: "skipped", Reason: "-skip-peers"} })
 	} else {
 		targets = append(targets, rcloneTarget(srv, workdir), s3fsTarget(srv, workdir))
 	}
@@ -94,18 +95,33 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 		if t.skipReason == "" && !fuseOK {
 			t.skipReason = "FUSE unavailable: " + fuseReason
 		}
+		if t.skipReason == "" && ctx.Err() != nil {
+			t.skipReason = "interrupted"
+		}
 		if t.skipReason != "" {
 			progress("%s: skipped: %s", t.name, t.skipReason)
-			r.Targets = append(r.Targets, targetStatus{Name: t.name, Status: "skipped", Reason: t.skipReason, Version: t.version})
+			st := targetStatus{Name: t.name, Status: "skipped", Reason: t.skipReason, Version: t.version}
+			statuses = append(statuses, func() targetStatus { return st })
 			continue
 		}
-		if ctx.Err() != nil {
-			r.Targets = append(r.Targets, targetStatus{Name: t.name, Status: "skipped", Reason: "interrupted", Version: t.version})
-			continue
-		}
-		ms := benchMount(ctx, cfg, t, set, workdir, cleanups, caches, srv.Pid())
-		r.Measurements = append(r.Measurements, ms...)
-		r.Targets = append(r.Targets, statusOf(t.name, t.version, ms))
+		ts, done := mountTrials(ctx, cfg, t, set, workdir, cleanups, caches, srv.Pid())
+		trials = append(trials, ts...)
+		finishes = append(finishes, done)
+		statuses = append(statuses, func() targetStatus { return statusOf(t.name, t.version, measurementsOf(ts)) })
+	}
+
+	// The runs of each test alternate between the targets (raw, s3gdsfs,
+	// the peers: run 1 of each, then run 2 of each, ...), so that a drift
+	// of the machine during the benchmark touches every target's figures
+	// alike and the ratios compare runs of the same moments.
+	progress("measuring: each test's runs alternate between raw and the mounts")
+	runAlternating(ctx, cfg, trials)
+	for _, done := range finishes {
+		done(ctx)
+	}
+	r.Measurements = measurementsOf(trials)
+	for _, st := range statuses {
+		r.Targets = append(r.Targets, st())
 	}
 
 	r.Setup.PageCache = caches.status()
@@ -114,6 +130,38 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 		return r, fmt.Errorf("interrupted")
 	}
 	return r, nil
+}
+
+// runAlternating takes the runs of the trials test by test (in the order
+// the tests first appear), run i of every trial of a test before run i+1
+// of any, and then sums each trial up.
+func runAlternating(ctx context.Context, cfg config, trials []*trial) {
+	var tests []string
+	byTest := map[string][]*trial{}
+	for _, t := range trials {
+		if _, ok := byTest[t.m.Test]; !ok {
+			tests = append(tests, t.m.Test)
+		}
+		byTest[t.m.Test] = append(byTest[t.m.Test], t)
+	}
+	for _, test := range tests {
+		for i := cfg.firstRun(); i <= cfg.runs; i++ {
+			for _, t := range byTest[test] {
+				t.step(ctx, i)
+			}
+		}
+	}
+	for _, t := range trials {
+		t.finish()
+	}
+}
+
+func measurementsOf(trials []*trial) []*measurement {
+	ms := make([]*measurement, len(trials))
+	for i, t := range trials {
+		ms[i] = t.m
+	}
+	return ms
 }
 
 func statusOf(name, version string, ms []*measurement) targetStatus {

@@ -7,23 +7,24 @@ import (
 	"path/filepath"
 )
 
-// benchMount mounts one filesystem and measures a single reader of the
-// large file and four concurrent readers of the medium files, all with
-// 1 MiB read calls, then checks every file's sha256 untimed.
-func benchMount(ctx context.Context, cfg config, t target, sets objectSets, workdir string, cleanups *cleanupStack, caches *cacheDropper, serverPid int) []*measurement {
+// mountTrials mounts one filesystem for a single reader of the large file
+// and four concurrent readers of the medium files, all with 1 MiB read
+// calls; done then checks every file's sha256 untimed and unmounts. A mount
+// that fails gives trials whose measurements hold the error.
+func mountTrials(ctx context.Context, cfg config, t target, sets objectSets, workdir string, cleanups *cleanupStack, caches *cacheDropper, serverPid int) (trials []*trial, done func(ctx context.Context)) {
 	set := sets.forRun(0) // sizes and names; every copy has the same shape
 	single := &measurement{Target: t.name, Test: "single", Bytes: set.Large.Size,
 		Description: "1 reader, 1 MiB reads of " + set.Large.Key}
 	four := &measurement{Target: t.name, Test: "four", Bytes: set.mediumBytes(),
 		Description: "4 concurrent readers, one medium file each, 1 MiB reads"}
 	all := []*measurement{single, four}
-	fail := func(err error) []*measurement {
+	fail := func(err error) ([]*trial, func(context.Context)) {
 		for _, m := range all {
 			if m.Error == "" {
 				m.Error = err.Error()
 			}
 		}
-		return all
+		return []*trial{newTrial(cfg, single, hooks{}, nil), newTrial(cfg, four, hooks{}, nil)}, func(context.Context) {}
 	}
 
 	mountpoint := filepath.Join(workdir, "mnt-"+t.name)
@@ -54,7 +55,6 @@ func benchMount(ctx context.Context, cfg config, t target, sets objectSets, work
 			current = nil
 		}
 	}
-	defer unmountNow()
 	if err := mountNow(ctx); err != nil {
 		return fail(err)
 	}
@@ -106,23 +106,27 @@ func benchMount(ctx context.Context, cfg config, t target, sets objectSets, work
 		return drain(ctx, o, 0, f)
 	}
 
-	measure(ctx, cfg, single, h, func(ctx context.Context, run int) (int64, error) {
-		return readFile(ctx, sets.forRun(run).Large)
-	})
-	measure(ctx, cfg, four, h, func(ctx context.Context, run int) (int64, error) {
-		var jobs []func(context.Context) (int64, error)
-		for _, o := range sets.forRun(run).Medium {
-			jobs = append(jobs, func(ctx context.Context) (int64, error) { return readFile(ctx, o) })
-		}
-		return parallel(ctx, len(jobs), eachTimed(four, jobs))
-	})
-
-	if ctx.Err() != nil {
-		return all
+	trials = []*trial{
+		newTrial(cfg, single, h, func(ctx context.Context, run int) (int64, error) {
+			return readFile(ctx, sets.forRun(run).Large)
+		}),
+		newTrial(cfg, four, h, func(ctx context.Context, run int) (int64, error) {
+			var jobs []func(context.Context) (int64, error)
+			for _, o := range sets.forRun(run).Medium {
+				jobs = append(jobs, func(ctx context.Context) (int64, error) { return readFile(ctx, o) })
+			}
+			return parallel(ctx, len(jobs), eachTimed(four, jobs))
+		}),
 	}
-	progress("%s: verifying sha256 of every file", t.name)
-	markVerified(all, verifyFiles(current, sets))
-	return all
+	done = func(ctx context.Context) {
+		defer unmountNow()
+		if ctx.Err() != nil {
+			return
+		}
+		progress("%s: verifying sha256 of every file", t.name)
+		markVerified(all, verifyFiles(current, sets))
+	}
+	return trials, done
 }
 
 func verifyFiles(m *mount, sets objectSets) error {

@@ -59,104 +59,134 @@ type hooks struct {
 	counters func() (map[string]float64, error)
 }
 
-// measure times read cfg.runs times; each run must read exactly bytes.
-// With cfg.warmUp an untimed run comes first, reading its own copy of the
-// objects (the last one), so the timed runs see a daemon whose buffers and
-// connections already exist.
-func measure(ctx context.Context, cfg config, m *measurement, h hooks, read readFunc) {
-	cpuTotals := map[string]float64{}
-	first := 1
-	if cfg.warmUp() {
-		first = 0
+// trial is one measurement in progress: its runs are taken one at a time
+// (step), so that the runs of the targets of one test can alternate and a
+// drift of the machine shows in every target alike, not in the one that
+// happened to run last; finish sums them up.
+type trial struct {
+	cfg       config
+	m         *measurement
+	h         hooks
+	read      readFunc
+	cpuTotals map[string]float64
+}
+
+func newTrial(cfg config, m *measurement, h hooks, read readFunc) *trial {
+	return &trial{cfg: cfg, m: m, h: h, read: read, cpuTotals: map[string]float64{}}
+}
+
+// firstRun is the index of the first run: 0 is the untimed warm-up (with
+// cfg.warmUp), reading its own copy of the objects (the last one), so the
+// timed runs 1..cfg.runs see a daemon whose buffers and connections
+// already exist.
+func (c config) firstRun() int {
+	if c.warmUp() {
+		return 0
 	}
-	for i := first; i <= cfg.runs; i++ {
-		warm := i == 0
-		if err := ctx.Err(); err != nil {
-			m.Error = err.Error()
+	return 1
+}
+
+// step takes run i (0: the warm-up) unless the measurement has failed; a
+// failure ends it (m.Error) and later steps do nothing.
+func (t *trial) step(ctx context.Context, i int) {
+	cfg, m, h := t.cfg, t.m, t.h
+	if m.Error != "" {
+		return
+	}
+	warm := i == 0
+	if err := ctx.Err(); err != nil {
+		m.Error = err.Error()
+		return
+	}
+	if h.beforeRun != nil {
+		if err := h.beforeRun(ctx); err != nil {
+			m.Error = fmt.Sprintf("run %d: preparing: %v", i, err)
 			return
 		}
-		if h.beforeRun != nil {
-			if err := h.beforeRun(ctx); err != nil {
-				m.Error = fmt.Sprintf("run %d: preparing: %v", i, err)
-				return
-			}
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		var timedOut atomic.Bool
-		abortDone := make(chan struct{})
-		watchdog := time.AfterFunc(cfg.runTimeout, func() {
-			defer close(abortDone)
-			timedOut.Store(true)
-			progress("%s %s run %d exceeded %v: aborting", m.Target, m.Test, i, cfg.runTimeout)
-			cancel()
-			if h.onTimeout != nil {
-				h.onTimeout()
-			}
-		})
-		var before map[string]float64
-		if h.counters != nil && !warm {
-			var err error
-			if before, err = h.counters(); err != nil {
-				progress("%s %s run %d: daemon counters: %v", m.Target, m.Test, i, err)
-			}
-		}
-		cpu := startCPUCount(h.pids)
-		start := time.Now()
-		copyIndex := i - 1
-		if warm {
-			copyIndex = cfg.runs
-		}
-		m.readers = nil
-		n, err := read(runCtx, copyIndex)
-		elapsed := time.Since(start)
-		cpuUsed := cpu.used()
-		if !watchdog.Stop() {
-			<-abortDone // let the abort finish before the next run starts
-		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	var timedOut atomic.Bool
+	abortDone := make(chan struct{})
+	watchdog := time.AfterFunc(cfg.runTimeout, func() {
+		defer close(abortDone)
+		timedOut.Store(true)
+		progress("%s %s run %d exceeded %v: aborting", m.Target, m.Test, i, cfg.runTimeout)
 		cancel()
-		if err == nil && n != m.Bytes {
-			err = fmt.Errorf("read %d bytes, want %d", n, m.Bytes)
+		if h.onTimeout != nil {
+			h.onTimeout()
 		}
-		if err != nil && timedOut.Load() {
-			err = fmt.Errorf("aborted after -run-timeout %v (%v)", cfg.runTimeout, err)
+	})
+	var before map[string]float64
+	if h.counters != nil && !warm {
+		var err error
+		if before, err = h.counters(); err != nil {
+			progress("%s %s run %d: daemon counters: %v", m.Target, m.Test, i, err)
 		}
+	}
+	cpu := startCPUCount(h.pids)
+	start := time.Now()
+	copyIndex := i - 1
+	if warm {
+		copyIndex = cfg.runs
+	}
+	m.readers = nil
+	n, err := t.read(runCtx, copyIndex)
+	elapsed := time.Since(start)
+	cpuUsed := cpu.used()
+	if !watchdog.Stop() {
+		<-abortDone // let the abort finish before the next run starts
+	}
+	cancel()
+	if err == nil && n != m.Bytes {
+		err = fmt.Errorf("read %d bytes, want %d", n, m.Bytes)
+	}
+	if err != nil && timedOut.Load() {
+		err = fmt.Errorf("aborted after -run-timeout %v (%v)", cfg.runTimeout, err)
+	}
+	if err != nil {
+		m.Error = fmt.Sprintf("run %d: %v", i, err)
+		return
+	}
+	if warm {
+		progress("%-8s %-7s warm-up run: %.3f GB/s (%.2fs, not counted)", m.Target, m.Test, float64(n)/elapsed.Seconds()/1e9, elapsed.Seconds())
+		return
+	}
+	gbps := float64(n) / elapsed.Seconds() / 1e9
+	if m.readers != nil {
+		m.ReaderGBps = append(m.ReaderGBps, m.readers)
+	}
+	m.Seconds = append(m.Seconds, elapsed.Seconds())
+	m.GBps = append(m.GBps, gbps)
+	for role, secs := range cpuUsed {
+		t.cpuTotals[role] += secs
+	}
+	if before != nil {
+		after, err := h.counters()
 		if err != nil {
-			m.Error = fmt.Sprintf("run %d: %v", i, err)
-			return
+			progress("%s %s run %d: daemon counters: %v", m.Target, m.Test, i, err)
 		}
-		if warm {
-			progress("%-8s %-7s warm-up run: %.3f GB/s (%.2fs, not counted)", m.Target, m.Test, float64(n)/elapsed.Seconds()/1e9, elapsed.Seconds())
-			continue
-		}
-		gbps := float64(n) / elapsed.Seconds() / 1e9
-		if m.readers != nil {
-			m.ReaderGBps = append(m.ReaderGBps, m.readers)
-		}
-		m.Seconds = append(m.Seconds, elapsed.Seconds())
-		m.GBps = append(m.GBps, gbps)
-		for role, secs := range cpuUsed {
-			cpuTotals[role] += secs
-		}
-		if before != nil {
-			after, err := h.counters()
-			if err != nil {
-				progress("%s %s run %d: daemon counters: %v", m.Target, m.Test, i, err)
+		for k, v := range after {
+			if m.DaemonPerRun == nil {
+				m.DaemonPerRun = map[string]float64{}
 			}
-			for k, v := range after {
-				if m.DaemonPerRun == nil {
-					m.DaemonPerRun = map[string]float64{}
-				}
-				m.DaemonPerRun[k] += (v - before[k]) / float64(cfg.runs)
-			}
+			m.DaemonPerRun[k] += (v - before[k]) / float64(cfg.runs)
 		}
-		progress("%-8s %-7s run %d/%d: %.3f GB/s (%.2fs)", m.Target, m.Test, i, cfg.runs, gbps, elapsed.Seconds())
+	}
+	progress("%-8s %-7s run %d/%d: %.3f GB/s (%.2fs)", m.Target, m.Test, i, cfg.runs, gbps, elapsed.Seconds())
+}
+
+// finish sets the figures over the timed runs taken.
+func (t *trial) finish() {
+	m := t.m
+	if !m.ok() {
+		return
 	}
 	sorted := slices.Sorted(slices.Values(m.GBps))
 	m.MinGBps, m.MaxGBps = sorted[0], sorted[len(sorted)-1]
 	m.MedianGBps = median(sorted)
 	gb := float64(m.Bytes) * float64(len(m.GBps)) / 1e9
 	m.CPUPerGB = map[string]float64{}
-	for role, secs := range cpuTotals {
+	for role, secs := range t.cpuTotals {
 		m.CPUPerGB[role] = secs / gb
 	}
 }

@@ -13,9 +13,11 @@ const (
 	rangeWorkers = 8
 )
 
-// benchRaw measures minio-go straight against the server: the ceiling a
-// filesystem on the same machine can hope to approach.
-func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, sets objectSets, h hooks) []*measurement {
+// rawTrials are minio-go's reads straight from the server, the ceiling a
+// filesystem on the same machine can hope to approach: one GET stream, 16
+// MiB ranges with 8 workers, and four workers; verify then checks every
+// object's sha256 untimed.
+func rawTrials(cfg config, srv *testenv.Server, sets objectSets, h hooks) (trials []*trial, verify func(ctx context.Context)) {
 	set := sets.forRun(0) // sizes and names; every copy has the same shape
 	get := func(ctx context.Context, o object, off, end int64) (int64, error) {
 		opts := minio.GetObjectOptions{}
@@ -34,14 +36,14 @@ func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, sets objectS
 
 	single := &measurement{Target: "raw", Test: "single", Bytes: set.Large.Size,
 		Description: "minio-go, one GET stream of " + set.Large.Key}
-	measure(ctx, cfg, single, h, func(ctx context.Context, run int) (int64, error) {
+	trials = append(trials, newTrial(cfg, single, h, func(ctx context.Context, run int) (int64, error) {
 		large := sets.forRun(run).Large
 		return get(ctx, large, 0, large.Size)
-	})
+	}))
 
 	ranges := &measurement{Target: "raw", Test: "ranges", Bytes: set.Large.Size,
 		Description: fmt.Sprintf("minio-go, %s in 16 MiB ranges, %d workers", set.Large.Key, rangeWorkers)}
-	measure(ctx, cfg, ranges, h, func(ctx context.Context, run int) (int64, error) {
+	trials = append(trials, newTrial(cfg, ranges, h, func(ctx context.Context, run int) (int64, error) {
 		large := sets.forRun(run).Large
 		var jobs []func(context.Context) (int64, error)
 		for off := int64(0); off < large.Size; off += rangeSize {
@@ -49,32 +51,30 @@ func benchRaw(ctx context.Context, cfg config, srv *testenv.Server, sets objectS
 			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, large, off, end) })
 		}
 		return parallel(ctx, rangeWorkers, jobs)
-	})
+	}))
 
 	four := &measurement{Target: "raw", Test: "four", Bytes: set.mediumBytes(),
 		Description: "minio-go, 4 workers, one medium object each"}
-	measure(ctx, cfg, four, h, func(ctx context.Context, run int) (int64, error) {
+	trials = append(trials, newTrial(cfg, four, h, func(ctx context.Context, run int) (int64, error) {
 		var jobs []func(context.Context) (int64, error)
 		for _, o := range sets.forRun(run).Medium {
 			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, o, 0, o.Size) })
 		}
 		return parallel(ctx, len(jobs), eachTimed(four, jobs))
-	})
+	}))
 
-	all := []*measurement{single, ranges, four}
-	if ctx.Err() != nil {
-		return all
-	}
-	// The untimed full check that the server holds what was uploaded.
-	progress("raw: verifying sha256 of every object")
-	var verifyErr error
-	for _, o := range sets.all() {
-		if verifyErr = verifyRawObject(ctx, srv, o); verifyErr != nil {
-			break
+	verify = func(ctx context.Context) {
+		// The untimed full check that the server holds what was uploaded.
+		progress("raw: verifying sha256 of every object")
+		var verifyErr error
+		for _, o := range sets.all() {
+			if verifyErr = verifyRawObject(ctx, srv, o); verifyErr != nil {
+				break
+			}
 		}
+		markVerified([]*measurement{single, ranges, four}, verifyErr)
 	}
-	markVerified(all, verifyErr)
-	return all
+	return trials, verify
 }
 
 func verifyRawObject(ctx context.Context, srv *testenv.Server, o object) error {

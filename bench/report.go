@@ -143,6 +143,7 @@ func (r *report) table() string {
 	default:
 		fmt.Fprintf(&b, "mounts:     one mount per target (a daemon's own cache may serve repeated runs; -remount avoids it)\n")
 	}
+	fmt.Fprintf(&b, "order:      each test's runs alternate between the targets (run 1 of raw, s3gdsfs and the peers, then run 2, ...)\n")
 	first := r.Objects.forRun(0)
 	copies := "one copy read by every run"
 	if r.Setup.Fresh {

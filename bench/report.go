@@ -171,7 +171,8 @@ func (r *report) table() string {
 	for _, q := range r.Ratios {
 		value, holds := "n/a", "n/a ("+q.Note+")"
 		if q.Value != nil {
-			value = fmt.Sprintf("%.2f", *q.Value)
+			// Three places: 0.798 reads "0.80" in two, beside a NO.
+			value = fmt.Sprintf("%.3f", *q.Value)
 			holds = map[bool]string{true: "yes", false: "NO"}[*q.Holds]
 		}
 		if q.Name == "s3gdsfs single / better peer single" && q.Value != nil {

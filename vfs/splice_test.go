@@ -233,12 +233,8 @@ func TestSpliceReadFillsTheNextReplyAhead(t *testing.T) {
 }
 
 func testSpliceAhead(t *testing.T, ahead bool) {
-	ms := newMemStore()
 	const size = 6<<20 + 4321
-	data := randomBytes(size, 41)
-	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true, SpliceAhead: ahead})
-	h := openSpliced(t, f, "obj")
+	data, f, h := splicedObject(t, size, 41, Config{Splice: true, SpliceAhead: ahead})
 
 	sizes := []int{1 << 20, 1 << 20, 256 << 10, 64 << 10, 1 << 20, 300 << 10, 1 << 20}
 	var got []byte
@@ -290,12 +286,8 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 // (the reader seeked) ends the feed, and the ordinary read that serves it,
 // and the ones after, are right.
 func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
-	ms := newMemStore()
 	const size = 4<<20 + 9
-	data := randomBytes(size, 43)
-	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true, SpliceAhead: true})
-	h := openSpliced(t, f, "obj")
+	data, f, h := splicedObject(t, size, 43, Config{Splice: true, SpliceAhead: true})
 	r, ok := h.SpliceRead(0, 1<<20)
 	if !ok || r.Data != nil {
 		t.Fatal("first read not spliced")
@@ -340,4 +332,15 @@ func checkSplicedWhole(t *testing.T, f *FS, size int) {
 	if b := snap["splice_bytes_total"]; b != float64(size) {
 		t.Errorf("spliced bytes %v, want %d", b, size)
 	}
+}
+
+// splicedObject is an object of size random bytes (seed) on a raw-GET store
+// of an FS of cfg, opened for splicing.
+func splicedObject(t *testing.T, size int, seed uint64, cfg Config) ([]byte, *FS, *Handle) {
+	t.Helper()
+	ms := newMemStore()
+	data := randomBytes(size, seed)
+	ms.put("b", "obj", data, "e1")
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, cfg)
+	return data, f, openSpliced(t, f, "obj")
 }

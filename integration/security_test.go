@@ -525,6 +525,11 @@ func TestIoctlRandomInputGetsDocumentedAnswers(t *testing.T) {
 				if req.Offset >= size {
 					want = 0
 				}
+				if req.Flags&abi.FlagRDMAOnly != 0 && (out.Bytes != 0 || want != 0) {
+					// No RDMA server: an RDMA-only read succeeds only with nothing to move.
+					problem("RDMA-only read %d@%d succeeded with %d bytes (%d over HTTP), want a decline", req.Length, req.Offset, out.Bytes, out.HTTPBytes)
+					continue
+				}
 				if out.Bytes != want || out.HTTPBytes != want || out.RDMABytes != 0 {
 					problem("read %d@%d into %s+%d: reported %d bytes, want %d", req.Length, req.Offset, target.name, req.DstOffset, out.Bytes, want)
 					continue
@@ -666,7 +671,11 @@ func randomRequest(r *rand.Rand, bufs []*gpuBuf, bufDir, outside string) (abi.Re
 	}
 	// Out fields hold garbage on the way in; the daemon ignores them.
 	req.Bytes, req.ElapsedNs, req.Transport, req.Decline = r.Uint64(), r.Uint64(), abi.Transport(r.Uint32()), abi.Decline(r.Uint32())
-	valid := req.Size == abi.Size && req.Version == abi.Version && req.Flags&^(abi.FlagHTTPOnly|abi.FlagDeclineIsError) == abi.FlagHostBuffer &&
+	// RDMA-only is valid on its own (not with HTTP-only): with no RDMA
+	// server here it is declined, unless there is no byte to move.
+	flagsOK := req.Flags&^(abi.FlagHTTPOnly|abi.FlagDeclineIsError|abi.FlagRDMAOnly) == abi.FlagHostBuffer &&
+		req.Flags&(abi.FlagHTTPOnly|abi.FlagRDMAOnly) != abi.FlagHTTPOnly|abi.FlagRDMAOnly
+	valid := req.Size == abi.Size && req.Version == abi.Version && flagsOK &&
 		req.Device == 0 && req.Reserved == [2]uint64{} && bytes.IndexByte(req.RDMAToken[:], 0) >= 0
 	if !valid {
 		target = nil

@@ -77,16 +77,21 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 		caches.drop()
 		return nil
 	}, pids: serverPid})
-	trials := append([]*trial(nil), raw...)
-	finishes := []func(context.Context){verifyRaw}
-	statuses := []func() targetStatus{func() targetStatus {
-		return statusOf("raw", "minio-go "+moduleVersion("github.com/minio/minio-go/v7"), measurementsOf(raw))
-	}}
+	// Each target's status is known once its runs are done: a target run
+	// has its trials; a skipped one, its status already.
+	type entry struct {
+		status targetStatus
+		trials []*trial
+		done   func(context.Context) // verify, and unmount
+	}
+	entries := []entry{{status: targetStatus{Name: "raw", Version: "minio-go " + moduleVersion("github.com/minio/minio-go/v7")},
+		trials: raw, done: verifyRaw}}
 
 	targets := []target{s3gdsfsTarget(cfg.bin, cfg.mountFlags, srv)}
 	if cfg.skipPeers {
-		statuses = append(statuses, func() targetStatus { return targetStatus{Name: "rclone", Status: "skipped", Reason: "-skip-peers"} },
-			func() targetStatus { return targetStatus{Name: "s3fs", Status: "skipped", Reason: "-skip-peers"} })
+		entries = append(entries,
+			entry{status: targetStatus{Name: "rclone", Status: "skipped", Reason: "-skip-peers"}},
+			entry{status: targetStatus{Name: "s3fs", Status: "skipped", Reason: "-skip-peers"}})
 	} else {
 		targets = append(targets, rcloneTarget(srv, workdir), s3fsTarget(srv, workdir))
 	}
@@ -100,29 +105,34 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 		}
 		if t.skipReason != "" {
 			progress("%s: skipped: %s", t.name, t.skipReason)
-			st := targetStatus{Name: t.name, Status: "skipped", Reason: t.skipReason, Version: t.version}
-			statuses = append(statuses, func() targetStatus { return st })
+			entries = append(entries, entry{status: targetStatus{Name: t.name, Status: "skipped", Reason: t.skipReason, Version: t.version}})
 			continue
 		}
 		ts, done := mountTrials(ctx, cfg, t, set, workdir, cleanups, caches, srv.Pid())
-		trials = append(trials, ts...)
-		finishes = append(finishes, done)
-		statuses = append(statuses, func() targetStatus { return statusOf(t.name, t.version, measurementsOf(ts)) })
+		entries = append(entries, entry{status: targetStatus{Name: t.name, Version: t.version}, trials: ts, done: done})
 	}
 
 	// The runs of each test alternate between the targets (raw, s3gdsfs,
 	// the peers: run 1 of each, then run 2 of each, ...), so that a drift
 	// of the machine during the benchmark touches every target's figures
 	// alike and the ratios compare runs of the same moments.
+	var trials []*trial
+	for _, e := range entries {
+		trials = append(trials, e.trials...)
+	}
 	progress("measuring: each test's runs alternate between raw and the mounts")
 	runAlternating(ctx, cfg, trials)
-	for _, done := range finishes {
-		done(ctx)
+	for _, e := range entries {
+		if e.done != nil {
+			e.done(ctx)
+		}
+		st := e.status
+		if e.trials != nil {
+			st = statusOf(st.Name, st.Version, measurementsOf(e.trials))
+		}
+		r.Targets = append(r.Targets, st)
 	}
 	r.Measurements = measurementsOf(trials)
-	for _, st := range statuses {
-		r.Targets = append(r.Targets, st())
-	}
 
 	r.Setup.PageCache = caches.status()
 	r.computeRatios()

@@ -286,7 +286,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		"FUSE READ requests the daemon answered.",
 		nil, func(w FuseRequestWaits) float64 { return float64(w.ReadReplies) })
 	s.FuseReadReplySeconds = fuseCounter("s3gdsfs_fuse_read_reply_seconds_total",
-		"Time from reading each FUSE READ request off /dev/fuse to having written its reply, the copy of a spliced reply into the caller's memory included: the daemon's share of a read's time.",
+		"Time from reading each FUSE READ request off /dev/fuse to having written its reply, the copy of a spliced reply into the caller's memory included and what follows the write (a spliced reader's next reply filled ahead) not: the daemon's share of a read's time.",
 		nil, func(w FuseRequestWaits) float64 { return w.ReadReplySeconds })
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",

@@ -24,7 +24,7 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 	r := &report{
 		Machine: describeMachine(),
 		Setup: setup{Runs: cfg.runs, SizeScale: cfg.sizeScale, Remount: cfg.remount, Fresh: cfg.fresh,
-			ReadSize: readSize, GBIs: "1e9 bytes"},
+			ReadSize: readSize, GBIs: "1e9 bytes", RunOrder: runsAlternating},
 		Objects: set,
 	}
 	logDir := filepath.Join(cfg.out, "logs")
@@ -141,6 +141,9 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 	}
 	return r, nil
 }
+
+// runsAlternating is the report's name for runAlternating's order.
+const runsAlternating = "alternating"
 
 // runAlternating takes the runs of the trials test by test (in the order
 // the tests first appear), run i of every trial of a test before run i+1

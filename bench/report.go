@@ -30,6 +30,9 @@ type setup struct {
 	PageCache string  `json:"page_cache"`
 	ReadSize  int     `json:"read_size"`
 	GBIs      string  `json:"gb_is"`
+	// RunOrder says how the targets' runs were taken: "alternating" (run
+	// i of every target of a test before run i+1 of any).
+	RunOrder string `json:"run_order"`
 }
 
 type targetStatus struct {
@@ -143,7 +146,9 @@ func (r *report) table() string {
 	default:
 		fmt.Fprintf(&b, "mounts:     one mount per target (a daemon's own cache may serve repeated runs; -remount avoids it)\n")
 	}
-	fmt.Fprintf(&b, "order:      each test's runs alternate between the targets (run 1 of raw, s3gdsfs and the peers, then run 2, ...)\n")
+	if r.Setup.RunOrder == runsAlternating {
+		fmt.Fprintf(&b, "order:      each test's runs alternate between the targets (run 1 of raw, s3gdsfs and the peers, then run 2, ...)\n")
+	}
 	first := r.Objects.forRun(0)
 	copies := "one copy read by every run"
 	if r.Setup.Fresh {

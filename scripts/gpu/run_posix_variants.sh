@@ -6,9 +6,11 @@
 # .dev/posix/bench.xz and fusermount3.xz (make posix-bundle); a second build
 # to compare goes in .dev/alt/s3gdsfs.xz.
 #
-# VARIANTS: one per line, "label|binary|mount flags", binary "s3gdsfs" (the
-# bundle's), "alt" (.dev/alt/s3gdsfs.xz) or the name of another build in
-# .dev/alt (.dev/alt/NAME.xz). Writes variants.txt (every run's table) and
+# VARIANTS: one per line, "label|binary|mount flags|environment", binary
+# "s3gdsfs" (the bundle's), "alt" (.dev/alt/s3gdsfs.xz) or the name of another
+# build in .dev/alt (.dev/alt/NAME.xz); the environment (optional, NAME=value
+# words) is the bench's and so the daemon's, for builds that read settings
+# from it. Writes variants.txt (every run's table) and
 # summary.txt (one line per run) under $OUT.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-posix-variants}
@@ -31,12 +33,12 @@ export PATH="$P:$PATH" VERSITYGW="$P/versitygw"
 echo "host: $(nproc) cores, $(awk '/MemTotal/ {print int($2/1048576) " GiB"}' /proc/meminfo), kernel $(uname -r)" | tee "$OUT/summary.txt"
 
 for round in $(seq "$ROUNDS"); do
-  while IFS='|' read -r label binary flags; do
+  while IFS='|' read -r label binary flags envs; do
     [ -z "$label" ] && continue
     run=$(mktemp -d)
-    echo "=== round $round: $label ($binary $flags)" | tee -a "$OUT/variants.txt"
-    # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
-    "$P/bench" -bin "$P/$binary" -out "$run" -skip-peers $BENCH_FLAGS -s3gdsfs-flags "$flags" > "$run/stdout" 2>&1 ||
+    echo "=== round $round: $label ($binary $flags${envs:+, env $envs})" | tee -a "$OUT/variants.txt"
+    # shellcheck disable=SC2086 # BENCH_FLAGS and envs are lists of words
+    env $envs "$P/bench" -bin "$P/$binary" -out "$run" -skip-peers $BENCH_FLAGS -s3gdsfs-flags "$flags" > "$run/stdout" 2>&1 ||
       { echo "bench failed:"; tail -20 "$run/stdout"; } | tee -a "$OUT/variants.txt"
     [ -f "$run/posix.txt" ] && cat "$run/posix.txt" >> "$OUT/variants.txt"
     # One line: the medians of raw single, raw four, s3gdsfs single and four, and the two ratios.

@@ -58,9 +58,9 @@ type mountFlags struct {
 
 func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
-	fs.StringVar(&mf.endpoint, "endpoint", os.Getenv("AWS_ENDPOINT_URL"), "S3 endpoint URL, http(s)://host[:port] (default $AWS_ENDPOINT_URL)")
+	fs.StringVar(&mf.endpoint, "endpoint", os.Getenv("AWS_ENDPOINT_URL"), "S3 endpoint URL, http(s)://host[:port]; taken from $AWS_ENDPOINT_URL when the flag is not given")
 	fs.StringVar(&mf.bucket, "bucket", "", "mount one bucket, or NAME/PREFIX for a prefix of it; empty mounts every bucket the credentials can list")
-	fs.StringVar(&mf.region, "region", envOr("AWS_REGION", "us-east-1"), "S3 region (default $AWS_REGION or us-east-1)")
+	fs.StringVar(&mf.region, "region", envOr("AWS_REGION", "us-east-1"), "S3 region; taken from $AWS_REGION when the flag is not given, else us-east-1")
 	fs.StringVar(&mf.caBundle, "ca-bundle", "", "PEM file of CA certificates trusted beside the system store, for https endpoints")
 	fs.BoolVar(&mf.virtualHost, "virtual-host", false, "virtual-hosted-style addressing (bucket.host); path-style is the default")
 	fs.UintVar(&mf.uid, "uid", uint(os.Getuid()), "owner of every file and directory")

@@ -97,6 +97,11 @@ type Daemon struct {
 	unmounted bool // Unmount succeeded (or detached): later calls do nothing
 }
 
+// spliceAheadReceiveBuffer is the socket buffer of a spliced GET that is
+// fed ahead: four 1 MiB replies, so that the server is never held back
+// while a reply is written.
+const spliceAheadReceiveBuffer = 4 << 20
+
 // Start checks the endpoint, mounts, and serves metrics. Every failure is
 // reported in words a user can act on.
 func Start(cfg Config) (*Daemon, error) {
@@ -105,6 +110,11 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
+	}
+	// Spliced GETs are fed ahead on polling mounts (below): their sockets
+	// get the larger buffer. GetRaw serves only spliced reads.
+	if cfg.FS.PollRequests > 0 && cfg.S3.RawReceiveBuffer == 0 {
+		cfg.S3.RawReceiveBuffer = spliceAheadReceiveBuffer
 	}
 	raw, err := objstore.NewMinio(cfg.S3)
 	if err != nil {
@@ -115,9 +125,10 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
-	// below 8 CPUs by default), and filling ahead needs one beside the
-	// reader: on 2 cores it made a single reader 9-29% slower, on 16 it
-	// took a sixth off each request (docs/benchmarks.md).
+	// below 8 CPUs by default), and splicing the next reply beside this
+	// one needs a CPU beside the reader's: on 2 cores it gained nothing
+	// and filling ahead made a single reader 9-29% slower, on 16 it took
+	// the splice out of each request's chain (docs/benchmarks.md).
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
 	d := &Daemon{cfg: cfg}
 	var core *vfs.FS

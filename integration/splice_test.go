@@ -85,8 +85,8 @@ func readAllChecked(t *testing.T, f *os.File, seed, off, size int64, bufSize int
 // socket by splice: every byte right with page-aligned and odd buffers,
 // one GET per read of the object, every byte counted as spliced, none
 // through the daemon's blocks; on a mount that polls for requests, which
-// fills each next reply into the pipe ahead of its read, and on one that
-// does not.
+// splices each next reply into a second pipe while this one is written, and
+// on one that does not.
 func TestSplicedReadsAreByteExactAndSkipTheBlocks(t *testing.T) {
 	for _, poll := range []time.Duration{time.Millisecond, 0} {
 		t.Run(fmt.Sprintf("fuse-poll=%v", poll), func(t *testing.T) { testSplicedReadsAreByteExact(t, poll) })

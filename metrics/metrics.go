@@ -217,7 +217,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		Name: "s3gdsfs_splice_socket_waits_total", Help: "Times a spliced reply found its GET's socket short of the bytes it needed and waited for them (the server fell behind the reader).",
 	})
 	s.SpliceAhead = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_splice_ahead_bytes_total", Help: "Bytes of spliced GETs moved from the socket into the pipe ahead of their read, while the reader woke to the reply before (mounts that poll for requests, --fuse-poll); the rest are moved when their read comes.",
+		Name: "s3gdsfs_splice_ahead_bytes_total", Help: "Bytes of spliced GETs moved from the socket into a pipe ahead of their read, while the reply before was written or once it had been (mounts that poll for requests, --fuse-poll); the rest are moved when their read comes.",
 	})
 	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",

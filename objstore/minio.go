@@ -38,6 +38,13 @@ type Config struct {
 	MaxConns int
 	// MaxRetries is minio-go's retry count for failed requests (1 = no retry).
 	MaxRetries int
+	// RawReceiveBuffer is the socket receive buffer GetRaw asks for its
+	// connection (SO_RCVBUFFORCE, or SO_RCVBUF within net.core.rmem_max
+	// without CAP_NET_ADMIN); 0 keeps the system's. A spliced reader's
+	// socket buffer is all the server may send ahead of it, and the kernel
+	// grows a socket's buffer as an application reads from it, not as it
+	// splices from it.
+	RawReceiveBuffer int
 }
 
 // DefaultCredentials is the standard chain: AWS_ACCESS_KEY_ID /
@@ -57,6 +64,7 @@ type Minio struct {
 	// For GetRaw, which sends its GETs itself.
 	virtualHost                     bool
 	connectTimeout, responseTimeout time.Duration
+	rawReceiveBuffer                int
 }
 
 // NewMinio builds the client; it sends nothing until first used.
@@ -101,7 +109,8 @@ func NewMinio(cfg Config) (*Minio, error) {
 		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
 	}
 	return &Minio{core: core, virtualHost: cfg.VirtualHost,
-		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout}, nil
+		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout,
+		rawReceiveBuffer: cfg.RawReceiveBuffer}, nil
 }
 
 func newTransport(cfg Config, secure bool) (*http.Transport, error) {

@@ -267,6 +267,17 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 	}
 
 	d := net.Dialer{Timeout: m.connectTimeout, KeepAlive: 30 * time.Second}
+	if size := m.rawReceiveBuffer; size > 0 {
+		// Set before the connect, so that the window the server is
+		// offered from the first segment on is the larger one.
+		d.Control = func(network, address string, c syscall.RawConn) error {
+			return c.Control(func(fd uintptr) {
+				if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size) != nil {
+					unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, size)
+				}
+			})
+		}
+	}
 	c, err := d.DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", where, err)

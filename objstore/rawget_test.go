@@ -317,3 +317,56 @@ func pacedRawBody(t *testing.T, body []byte, pause time.Duration, cuts ...int) (
 	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
 	return b, p
 }
+
+// RawReceiveBuffer sizes the raw GET's socket before it connects (the
+// kernel reports twice what was set, its bookkeeping included); without
+// it the socket keeps the system's default. Either way the bytes are the
+// object's.
+func TestGetRawAsksForTheReceiveBuffer(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "rcv")
+	const size, seed = 3<<20 + 5, 67
+	srv.PutRandomObject(t, "rcv", "obj", size, seed)
+	const asked = 4 << 20
+	def := minioTestStore(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
+	sized, err := NewMinio(Config{Endpoint: srv.Endpoint, Region: testenv.Region, MaxRetries: 1,
+		Credentials: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, ""), RawReceiveBuffer: asked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	obj, err := def.Stat(ctx, "rcv", "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcvbuf := func(b *RawBody) int {
+		var v int
+		var serr error
+		if err := b.rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF) }); err != nil || serr != nil {
+			t.Fatalf("SO_RCVBUF: %v %v", err, serr)
+		}
+		return v
+	}
+	forced := unix.Geteuid() == 0 // SO_RCVBUFFORCE needs CAP_NET_ADMIN; without it rmem_max caps the size
+	for _, tc := range []struct {
+		name string
+		m    *Minio
+	}{{"default", def}, {"4 MiB", sized}} {
+		b, err := tc.m.GetRaw(ctx, "rcv", "obj", 0, size, obj.Version)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := rcvbuf(b)
+		switch {
+		case tc.m == sized && forced && got < 2*asked:
+			t.Errorf("%s: receive buffer %d, want %d (twice the %d asked)", tc.name, got, 2*asked, asked)
+		case tc.m == def && got >= 2*asked:
+			t.Errorf("%s: receive buffer %d without asking", tc.name, got)
+		}
+		data, err := drainRaw(t, b)
+		b.Close()
+		if err != nil || !bytes.Equal(data, testenv.RandomBytes(seed, 0, size)) {
+			t.Fatalf("%s: %d bytes, %v: not the object's", tc.name, len(data), err)
+		}
+	}
+}

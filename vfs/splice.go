@@ -33,11 +33,18 @@ import (
 // there, with their retries), and at close. Its socket buffer is its read
 // ahead: the server is held back by TCP, and no block memory is used.
 //
-// With Config.SpliceAhead, once a reply has been written the feed splices
-// what the socket already holds of the next one into the pipe (up to the
-// size of the reply just written) before it lets go: that splice, about a
-// sixth of a request's time on 16 cores, then runs while the reader wakes
-// up to its reply, not after its next request has come.
+// With Config.SpliceAhead the next reply's bytes leave the socket while
+// this reply is written: a goroutine splices them into a second pipe as the
+// FUSE layer writes the reply out of the first (on another CPU), and the two
+// pipes change places once the reply is written. On 16 cores that took the
+// splice out of the reader's chain of each request (docs/benchmarks.md):
+// spliced after the reply, as the reader woke, it was still running when
+// the next read came. Where a second pipe cannot be had (the user's pipe
+// allowance), or the pipe holds more than this reply, the feed splices what
+// the socket already holds of the next reply into its one pipe after the
+// reply instead. Such a feed asks for a larger socket receive buffer
+// (objstore.Config.RawReceiveBuffer), so that the server can be a reply
+// ahead of it.
 type spliceFeed struct {
 	// mu is held from a read's splice into the pipe until its reply has
 	// been written out of the pipe and the next one's bytes spliced in.
@@ -56,6 +63,29 @@ type spliceFeed struct {
 	// feed ends at its next read and ordinary reads, whose blocks the two
 	// share, take over.
 	share atomic.Bool
+
+	// spare is the second pipe (Config.SpliceAhead): the next reply's
+	// bytes are spliced into it while the FUSE layer writes this one out
+	// of the first, and the two change places once the reply is written.
+	spare replyPipe
+	// beside, while not nil, is the splice into spare under way; the
+	// goroutine that runs it owns body and spare until Done joins it.
+	beside chan besideFill
+	// besideErr is the error a fill beside a reply met, for the next read.
+	besideErr error
+	// noSpare is set once the spare pipe could not be made or sized: the
+	// feed then fills its one pipe after each reply.
+	noSpare bool
+}
+
+// replyPipe is a pipe's two ends and its capacity now (size 0: not made
+// yet).
+type replyPipe struct{ pr, pw, size int }
+
+// besideFill is what a splice into the spare pipe moved, and how it ended.
+type besideFill struct {
+	moved, waits int
+	err          error
 }
 
 // Why a spliced GET ended: the values of s3gdsfs_splice_ends_total's label.
@@ -140,6 +170,12 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		return r, false
 	}
 	want := int(min(int64(n), size-off))
+	if err := feed.besideErr; err != nil {
+		feed.rewind(off)
+		h.endSplice(feed, spliceError, err)
+		feed.mu.Unlock()
+		return r, false
+	}
 	tried := feed.copying == 0
 	if !tried {
 		feed.copying--
@@ -152,8 +188,12 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		}
 	}
 	if tried && feed.inPipe >= want && objstore.PipeHasRoom(feed.pw) {
+		if h.f.cfg.SpliceAhead && feed.inPipe == want {
+			feed.fillBeside(int(min(int64(want), feed.body.Left())))
+		}
 		return SplicedReply{FD: feed.pr, N: want, Done: func() (taken int) {
 			defer feed.mu.Unlock()
+			beside, besideOK := feed.joinBeside(h.f.m.SpliceSocketWaits)
 			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
 			if err == nil {
 				taken = feed.inPipe - left
@@ -169,6 +209,14 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 				h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes taken in part (%d)", want, taken))
 			case off+int64(want) == size:
 				h.endSplice(feed, spliceDone, nil)
+			case besideOK:
+				// The pipe just emptied; the spare holds the next reply.
+				feed.pr, feed.pw, feed.size, feed.spare = feed.spare.pr, feed.spare.pw, feed.spare.size,
+					replyPipe{feed.pr, feed.pw, feed.size}
+				feed.pos += int64(beside.moved)
+				feed.inPipe = beside.moved
+				feed.besideErr = beside.err
+				h.f.m.SpliceAhead.Add(float64(beside.moved))
 			default:
 				feed.inPipe = left
 				if h.f.cfg.SpliceAhead {
@@ -251,6 +299,69 @@ func (feed *spliceFeed) fillAhead(want int) int {
 	feed.pos += int64(moved)
 	feed.inPipe += moved
 	return moved
+}
+
+// fillBeside starts splicing the next k bytes of the socket into the spare
+// pipe, on a goroutine of its own, so that it runs while the FUSE layer
+// writes the reply in the other pipe (on another CPU) rather than after the
+// next read has come. Nothing starts when k is 0 or the spare pipe cannot
+// be had; the feed then fills its one pipe after the reply.
+func (feed *spliceFeed) fillBeside(k int) {
+	if k <= 0 || feed.noSpare {
+		return
+	}
+	if size := replyPipeSize(k); size != feed.spare.size {
+		if err := feed.sizeSpare(size); err != nil {
+			// Over the user's pipe allowance (fs.pipe-user-pages-soft,
+			// for a daemon without CAP_SYS_RESOURCE): one pipe serves.
+			feed.noSpare = true
+			return
+		}
+	}
+	body, pw := feed.body, feed.spare.pw
+	done := make(chan besideFill, 1)
+	feed.beside = done
+	go func() {
+		before := body.Waits()
+		moved, err := body.SpliceTo(pw, k)
+		done <- besideFill{moved: moved, waits: body.Waits() - before, err: err}
+	}()
+}
+
+// sizeSpare makes the spare pipe, the first time, and gives it size bytes.
+func (feed *spliceFeed) sizeSpare(size int) error {
+	if feed.spare.size == 0 {
+		pr, pw, err := newReplyPipe()
+		if err != nil {
+			return err
+		}
+		if _, err := unix.FcntlInt(uintptr(pw), unix.F_SETPIPE_SZ, size); err != nil {
+			unix.Close(pr)
+			unix.Close(pw)
+			return err
+		}
+		feed.spare = replyPipe{pr: pr, pw: pw, size: size}
+		return nil
+	}
+	if _, err := unix.FcntlInt(uintptr(feed.spare.pw), unix.F_SETPIPE_SZ, size); err != nil {
+		return err
+	}
+	feed.spare.size = size
+	return nil
+}
+
+// joinBeside waits for the fill beside the reply, if one was started, and
+// says what it moved; ok is false when none was started.
+func (feed *spliceFeed) joinBeside(waits interface{ Add(float64) }) (fill besideFill, ok bool) {
+	if feed.beside == nil {
+		return fill, false
+	}
+	fill = <-feed.beside
+	feed.beside = nil
+	if fill.waits > 0 {
+		waits.Add(float64(fill.waits))
+	}
+	return fill, true
 }
 
 // copyOut reads a reply of want bytes: those in the pipe (up to want), then
@@ -351,6 +462,10 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	feed.body = nil
 	unix.Close(feed.pr)
 	unix.Close(feed.pw)
+	if feed.spare.size != 0 {
+		unix.Close(feed.spare.pr)
+		unix.Close(feed.spare.pw)
+	}
 	h.f.m.SpliceEnds.WithLabelValues(why).Inc()
 	if err != nil {
 		h.f.log.Debug("spliced GET stopped; ordinary reads take over", "bucket", h.obj.bucket, "key", h.obj.key,

@@ -22,12 +22,19 @@ type rawMemStore struct {
 	// if 0) in writes of that many bytes with a pause after each: small
 	// packets, not pages; the rest in one write.
 	segment, segmentFor int
+	// cutAt, when set, has the server close the connection after that
+	// many bytes of a body: a GET that fails while it is read.
+	cutAt int
 }
 
 func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (*objstore.RawBody, error) {
 	r.mu.Lock()
 	data := r.objects[bucket+"/"+key][off : off+n]
 	r.mu.Unlock()
+	sent := data
+	if r.cutAt > 0 {
+		sent = data[:min(r.cutAt, len(data))]
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -41,18 +48,18 @@ func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int6
 		defer c.Close()
 		small := 0
 		if r.segment > 0 {
-			small = len(data)
+			small = len(sent)
 			if r.segmentFor > 0 {
-				small = min(r.segmentFor, len(data))
+				small = min(r.segmentFor, len(sent))
 			}
 		}
-		for rest := data[:small]; len(rest) > 0; rest = rest[min(r.segment, len(rest)):] {
+		for rest := sent[:small]; len(rest) > 0; rest = rest[min(r.segment, len(rest)):] {
 			if _, err := c.Write(rest[:min(r.segment, len(rest))]); err != nil {
 				return
 			}
 			time.Sleep(20 * time.Microsecond)
 		}
-		c.Write(data[small:])
+		c.Write(sent[small:])
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -222,9 +229,11 @@ func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
 	}
 }
 
-// With SpliceAhead, once a reply has left the pipe the feed splices in
-// what the socket holds of the next, before the next read comes (without,
-// nothing); reads of other sizes than the last take what they ask for, no
+// With SpliceAhead the next reply's bytes leave the socket before the next
+// read comes: spliced into a second pipe while a reply is written (whole,
+// when the pipe held just that reply), or, after a reply that left bytes
+// behind, what the socket holds into the one pipe (without SpliceAhead,
+// nothing). Reads of other sizes than the last take what they ask for, no
 // more, and every byte is the object's.
 func TestSpliceReadFillsTheNextReplyAhead(t *testing.T) {
 	for _, ahead := range []bool{true, false} {
@@ -238,14 +247,16 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 
 	sizes := []int{1 << 20, 1 << 20, 256 << 10, 64 << 10, 1 << 20, 300 << 10, 1 << 20}
 	var got []byte
-	filledAhead := 0
+	filledAhead, wholeAhead := 0, 0
 	for i, off := 0, int64(0); off < size; i++ {
 		n := sizes[i%len(sizes)]
+		ready := readyInPipe(t, h)
 		r, ok := h.SpliceRead(off, n)
 		if !ok || r.Data != nil {
 			t.Fatalf("read %d of %d bytes at %d: spliced %v, copied %v; want it spliced", i, n, off, ok, r.Data != nil)
 		}
-		if want := int(min(int64(n), size-off)); r.N != want {
+		want := int(min(int64(n), size-off))
+		if r.N != want {
 			t.Fatalf("read %d at %d: reply of %d bytes, want %d", i, off, r.N, want)
 		}
 		got = append(got, takeFromPipe(t, r.FD, r.N)...)
@@ -255,31 +266,136 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 		}
 		off += int64(r.N)
 		if off < size {
-			ahead, err := unix.IoctlGetInt(r.FD, unix.TIOCINQ)
-			if err != nil {
-				t.Fatal(err)
-			}
+			next := readyInPipe(t, h)
 			// At most what the largest read before asked for: the fill
 			// ahead is of the last reply's size, and a smaller read
 			// leaves the rest of it.
-			if ahead > 1<<20 || int64(ahead) > size-off {
-				t.Fatalf("after read %d: %d bytes in the pipe at %d, more than a read asked for or the object has left", i, ahead, off)
+			if next > 1<<20 || int64(next) > size-off {
+				t.Fatalf("after read %d: %d bytes in the pipe at %d, more than a read asked for or the object has left", i, next, off)
 			}
-			if ahead > 0 {
+			if next > 0 {
 				filledAhead++
+			}
+			// A pipe that held just this reply had the next one's
+			// bytes spliced beside it, all of them.
+			if ahead && ready == want && next != int(min(int64(want), size-off)) {
+				t.Fatalf("after read %d of %d bytes, the pipe's whole: %d of the next in the pipe, want %d", i, want, next, min(int64(want), size-off))
+			}
+			if ahead && ready == want {
+				if h.splice.pr == r.FD {
+					t.Fatalf("after read %d the feed still reads the pipe the reply left: nothing was spliced beside it", i)
+				}
+				wholeAhead++
 			}
 		}
 	}
 	if !bytes.Equal(got, data) {
 		t.Fatal("spliced bytes differ from the object")
 	}
-	if ahead && filledAhead == 0 {
-		t.Error("no reply's bytes were in the pipe before its read: nothing was filled ahead")
+	if ahead && (filledAhead == 0 || wholeAhead == 0) {
+		t.Errorf("%d replies' bytes were in the pipe before their reads, %d whole beside a reply: want some of each", filledAhead, wholeAhead)
 	}
 	if !ahead && filledAhead != 0 {
 		t.Errorf("%d replies' bytes were in the pipe before their reads without SpliceAhead", filledAhead)
 	}
 	checkSplicedWhole(t, f, size)
+}
+
+// Where a second pipe cannot be had, SpliceAhead fills the one pipe after
+// each reply with what the socket holds of the next, and every byte is
+// the object's.
+func TestSpliceReadFillsAheadInOnePipeWithoutASpare(t *testing.T) {
+	const size = 5<<20 + 99
+	data, f, h := splicedObject(t, size, 45, Config{Splice: true, SpliceAhead: true})
+	spliceWhole(t, h, 0, 1<<20) // starts the feed
+	h.splice.noSpare = true     // as when F_SETPIPE_SZ is refused
+	got := append([]byte(nil), data[:1<<20]...)
+	filledAhead := 0
+	for off := int64(1 << 20); off < size; {
+		r, ok := h.SpliceRead(off, 1<<20)
+		if !ok || r.Data != nil {
+			t.Fatalf("read at %d not spliced from the pipe", off)
+		}
+		fd := r.FD
+		got = append(got, takeFromPipe(t, r.FD, r.N)...)
+		time.Sleep(20 * time.Millisecond)
+		r.Done()
+		off += int64(r.N)
+		if off == size {
+			break
+		}
+		if h.splice.pr != fd {
+			t.Fatalf("after the reply before %d the feed's pipe changed without a spare", off)
+		}
+		if readyInPipe(t, h) > 0 {
+			filledAhead++
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("spliced bytes differ from the object")
+	}
+	if filledAhead == 0 {
+		t.Error("nothing was filled ahead into the one pipe")
+	}
+	checkSplicedWhole(t, f, size)
+}
+
+// A GET that fails while the next reply is spliced beside this one (the
+// server closed the connection early) leaves this reply whole and right;
+// the next read is served by ordinary reads, right, and the feed ends
+// counted as an error.
+func TestSpliceReadBesideAReplyMeetsAFailedGET(t *testing.T) {
+	const size = 4<<20 + 11
+	ms := newMemStore()
+	data := randomBytes(size, 47)
+	ms.put("b", "obj", data, "e1")
+	const cut = 1<<20 + 300<<10 // the server sends this much, then closes
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t, cutAt: cut}, Config{Splice: true, SpliceAhead: true})
+	h := openSpliced(t, f, "obj")
+	// The second reply's bytes fail to come beside the first.
+	b, _ := spliceWhole(t, h, 0, 1<<20)
+	if !bytes.Equal(b, data[:1<<20]) {
+		t.Fatal("first reply's bytes differ")
+	}
+	if _, ok := h.SpliceRead(1<<20, 1<<20); ok {
+		t.Fatal("a read after the GET failed was spliced")
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(1 << 20); off < size; off += int64(len(buf)) {
+		k, err := h.ReadAt(context.Background(), buf, off)
+		if (err != nil && k != int(size-off)) || !bytes.Equal(buf[:k], data[off:off+int64(k)]) {
+			t.Fatalf("ordinary read at %d after the GET failed: %d bytes, %v, or wrong bytes", off, k, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[error:1]" {
+		t.Errorf("splice ends %s, want one error", ends)
+	}
+	if b := snap["splice_bytes_total"]; b != float64(1<<20) {
+		t.Errorf("spliced bytes %v, want the first reply's %d", b, 1<<20)
+	}
+}
+
+// readyInPipe is how many bytes of the next reply wait in the pipe of h's
+// feed (0 without one), checked against the pipe itself.
+func readyInPipe(t *testing.T, h *Handle) int {
+	t.Helper()
+	h.mu.Lock()
+	feed := h.splice
+	h.mu.Unlock()
+	if feed == nil {
+		return 0
+	}
+	feed.mu.Lock()
+	defer feed.mu.Unlock()
+	n, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
+	if err != nil || n != feed.inPipe {
+		t.Fatalf("pipe holds %d bytes (%v), the feed says %d", n, err, feed.inPipe)
+	}
+	return n
 }
 
 // A read that comes after bytes were filled ahead but not where they start
@@ -295,7 +411,7 @@ func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 	takeFromPipe(t, r.FD, r.N)
 	time.Sleep(20 * time.Millisecond)
 	r.Done()
-	if ahead, _ := unix.IoctlGetInt(r.FD, unix.TIOCINQ); ahead == 0 {
+	if readyInPipe(t, h) == 0 {
 		t.Fatal("nothing filled ahead after the first reply")
 	}
 	// Back to 4 KiB in, then on from there.

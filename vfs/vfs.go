@@ -62,11 +62,11 @@ type Config struct {
 	// never copied through the daemon (splice.go). Needs a store that is a
 	// RawGetter and replies the FUSE layer splices.
 	Splice bool
-	// SpliceAhead has a spliced feed move the next reply's bytes into its
-	// pipe as soon as a reply is written, while the reader wakes, rather
-	// than when its next read comes: a shorter chain per request where a
-	// CPU is free for it, a longer one where the reader must wait for
-	// that CPU (splice.go).
+	// SpliceAhead has a spliced feed move the next reply's bytes out of
+	// the socket while this reply is written, into a second pipe on a
+	// goroutine of its own, rather than when the next read comes: a
+	// shorter chain per request where a CPU is free for it, a longer one
+	// where the reader must wait for that CPU (splice.go).
 	SpliceAhead bool
 
 	// PushWorkers bounds the blocks written into the kernel's page cache

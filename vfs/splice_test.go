@@ -360,20 +360,7 @@ func TestSpliceReadBesideAReplyMeetsAFailedGET(t *testing.T) {
 	if _, ok := h.SpliceRead(1<<20, 1<<20); ok {
 		t.Fatal("a read after the GET failed was spliced")
 	}
-	buf := make([]byte, 1<<20)
-	for off := int64(1 << 20); off < size; off += int64(len(buf)) {
-		k, err := h.ReadAt(context.Background(), buf, off)
-		if (err != nil && k != int(size-off)) || !bytes.Equal(buf[:k], data[off:off+int64(k)]) {
-			t.Fatalf("ordinary read at %d after the GET failed: %d bytes, %v, or wrong bytes", off, k, err)
-		}
-	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[error:1]" {
-		t.Errorf("splice ends %s, want one error", ends)
-	}
+	snap := readsOnAfterTheFeed(t, f, h, data, 1<<20, spliceError)
 	if b := snap["splice_bytes_total"]; b != float64(1<<20) {
 		t.Errorf("spliced bytes %v, want the first reply's %d", b, 1<<20)
 	}
@@ -418,8 +405,17 @@ func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 	if _, ok := h.SpliceRead(4096, 1<<20); ok {
 		t.Fatal("a read before the bytes in the pipe was spliced")
 	}
+	readsOnAfterTheFeed(t, f, h, data, 4096, spliceLeft)
+}
+
+// readsOnAfterTheFeed reads h from off to the end of data with ordinary
+// reads, checking every byte, and checks that f's one spliced GET ended
+// for the reason why; it returns f's metrics.
+func readsOnAfterTheFeed(t *testing.T, f *FS, h *Handle, data []byte, off int64, why string) map[string]any {
+	t.Helper()
+	size := int64(len(data))
 	buf := make([]byte, 1<<20)
-	for off := int64(4096); off < size; off += int64(len(buf)) {
+	for ; off < size; off += int64(len(buf)) {
 		k, err := h.ReadAt(context.Background(), buf, off)
 		if (err != nil && k != int(size-off)) || !bytes.Equal(buf[:k], data[off:off+int64(k)]) {
 			t.Fatalf("ordinary read at %d after the feed ended: %d bytes, %v, or wrong bytes", off, k, err)
@@ -429,9 +425,10 @@ func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
-		t.Errorf("splice ends %s, want one left", ends)
+	if ends, want := fmt.Sprint(snap["splice_ends_total"]), "map["+why+":1]"; ends != want {
+		t.Errorf("splice ends %s, want %s", ends, want)
 	}
+	return snap
 }
 
 // checkSplicedWhole checks that f's one spliced GET ran to the object's

@@ -198,14 +198,20 @@ func TestSecondReaderEndsTheSpliceAndSharesBlocks(t *testing.T) {
 // A spliced GET that breaks in the middle of its body (the connection
 // reset, or stalled past the response timeout) hands the reader to
 // ordinary reads where it broke: every byte right, no read much slower
-// than the timeout, and the end counted as an error.
+// than the timeout, and the end counted as an error; on a mount that polls,
+// whose next reply is spliced beside the one written, as on one that does
+// not.
 func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	const size, seed = 24<<20 + 7, 74
 	srv.PutRandomObject(t, "data", "big.bin", size, seed)
-	for _, kind := range []faultproxy.Kind{faultproxy.Reset, faultproxy.StallBody} {
-		t.Run(kind.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		kind faultproxy.Kind
+		poll time.Duration
+	}{{faultproxy.Reset, 0}, {faultproxy.StallBody, 0}, {faultproxy.Reset, time.Millisecond}, {faultproxy.StallBody, time.Millisecond}} {
+		kind := tc.kind
+		t.Run(fmt.Sprintf("%s/fuse-poll=%v", kind, tc.poll), func(t *testing.T) {
 			var gets atomic.Int64
 			proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 9, Rate: 1,
 				Kinds: []faultproxy.Kind{kind}, StallFor: time.Minute,
@@ -218,6 +224,7 @@ func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
 			}
 			t.Cleanup(proxy.Close)
 			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
+				c.FS.PollRequests = tc.poll
 				c.S3.Endpoint = proxy.URL
 				c.S3.ResponseTimeout = time.Second
 				c.Core.ReadTimeout = faultReadTimeout
@@ -233,6 +240,9 @@ func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
 				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
 			}
 			wantMetric(t, d, "splice_ends_total", "map[error:1]", "the broken GET ends in an error")
+			if ahead := metric(t, d, "splice_ahead_bytes_total"); (tc.poll > 0) == (ahead == "0") {
+				t.Errorf("%s bytes spliced ahead of their reads with --fuse-poll %v: want some only on a mount that polls", ahead, tc.poll)
+			}
 			if n := proxy.Injected(); n != 1 {
 				t.Errorf("faults injected: %d, want the spliced GET's", n)
 			}

@@ -2,7 +2,10 @@
 # The GPU path's throughput (one process, THREADS threads, gpu_check.py
 # --only-throughput) between raw minio-go references taken before and after
 # it with 8 and 16 workers, so that the ratio compares runs minutes apart on
-# one server. A second s3load to compare goes in .dev/alt/NAME.xz (RAW_ALT=NAME).
+# one server. Beside each reference before, the same GETs into a ring of
+# 256 MiB per worker (--ring 256), whose destination is cold as the daemon's
+# pinned staging is: the part of a gap that is the destination's, not the
+# daemon's. A second s3load to compare goes in .dev/alt/NAME.xz (RAW_ALT=NAME).
 # Needs .dev/gpu (make gpu-bundle). Writes raw-*.json, gpu.json under $OUT.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-gpu-vs-raw}
@@ -16,13 +19,14 @@ done
 start_store
 upload big- 16 $((256 << 20)) 100 > "$OUT/big.json"
 KEYS=$(keys_of "$OUT/big.json")
-raw() { # raw LABEL BINARY WORKERS
-  "$BIN/$2" get --endpoint $EP --bucket bench --keys "$KEYS" --workers "$3" --seconds "$SECS" > "$OUT/raw-$1-$3.json"
+raw() { # raw LABEL BINARY WORKERS [s3load flags...]
+  "$BIN/$2" get --endpoint $EP --bucket bench --keys "$KEYS" --workers "$3" --seconds "$SECS" "${@:4}" > "$OUT/raw-$1-$3.json"
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("raw %-8s %2s workers %.2f GB/s" % (sys.argv[2], sys.argv[3], d["gbps"]))' "$OUT/raw-$1-$3.json" "$1" "$3"
 }
 for w in 8 16; do
   raw before s3load $w
-  [ -n "${RAW_ALT:-}" ] && raw "$RAW_ALT" "$RAW_ALT" $w
+  raw cold-ring s3load $w --ring 256
+  if [ -n "${RAW_ALT:-}" ]; then raw "$RAW_ALT" "$RAW_ALT" $w; fi
 done
 mount_s3gdsfs s3gdsfs.log
 python3 scripts/gpu/gpu_check.py --mount "$MP" --manifest "$OUT/big.json" --threads "$THREADS" --seconds "$SECS" --only-throughput > "$OUT/gpu.json"

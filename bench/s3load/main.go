@@ -122,14 +122,21 @@ func get(args []string) error {
 	workers := fs.Int("workers", 8, "concurrent GETs")
 	seconds := fs.Float64("seconds", 10, "how long to read")
 	ring := fs.Int("ring", 0, "read into a ring of this many 1 MiB buffers, one after another, as the daemon fills its blocks (0: one reused 4 MiB buffer)")
+	part := fs.Int64("part", 0, "GET ranges of this many bytes, each object's in turn, as the GPU path's parts are (0: whole objects)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *part < 0 {
+		return fmt.Errorf("--part %d: want 0 (whole objects) or a range size in bytes", *part)
 	}
 	cli, err := client(*endpoint)
 	if err != nil {
 		return err
 	}
-	list := strings.Split(*keys, ",")
+	plan, err := planGets(cli, *bucket, strings.Split(*keys, ","), *part)
+	if err != nil {
+		return err
+	}
 	var total, ops atomic.Int64
 	var next atomic.Int64
 	deadline := time.Now().Add(time.Duration(*seconds * float64(time.Second)))
@@ -146,8 +153,15 @@ func get(args []string) error {
 				ringBufs[i] = make([]byte, 1<<20)
 			}
 			for time.Now().Before(deadline) {
-				key := list[int(next.Add(1)-1)%len(list)]
-				obj, err := cli.GetObject(context.Background(), *bucket, key, minio.GetObjectOptions{})
+				g := plan[int(next.Add(1)-1)%len(plan)]
+				var opts minio.GetObjectOptions
+				if g.end > 0 {
+					if err := opts.SetRange(g.off, g.end-1); err != nil {
+						errs <- err
+						return
+					}
+				}
+				obj, err := cli.GetObject(context.Background(), *bucket, g.key, opts)
 				if err != nil {
 					errs <- err
 					return
@@ -195,6 +209,36 @@ func readIntoRing(r io.Reader, ring [][]byte) (int64, error) {
 			return n, err
 		}
 	}
+}
+
+// getRange is one GET of a run: a key and, with --part, a range of it.
+type getRange struct {
+	key      string
+	off, end int64 // [off, end); end 0 for the whole object
+}
+
+// planGets lists a run's GETs in order, taken round robin: each object
+// whole, or with part > 0 each of its ranges of that many bytes, one
+// object's after another.
+func planGets(cli *minio.Client, bucket string, keys []string, part int64) ([]getRange, error) {
+	var plan []getRange
+	for _, key := range keys {
+		if part == 0 {
+			plan = append(plan, getRange{key: key})
+			continue
+		}
+		st, err := cli.StatObject(context.Background(), bucket, key, minio.StatObjectOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for off := int64(0); off < st.Size; off += part {
+			plan = append(plan, getRange{key: key, off: off, end: min(off+part, st.Size)})
+		}
+	}
+	if len(plan) == 0 {
+		return nil, fmt.Errorf("--keys %q: nothing to read", strings.Join(keys, ","))
+	}
+	return plan, nil
 }
 
 // discard reads r to the end in reads of len(buf), as a client that wants

@@ -4,8 +4,10 @@
 # it with 8 and 16 workers, so that the ratio compares runs minutes apart on
 # one server. Beside each reference before, the same GETs into a ring of
 # 256 MiB per worker (--ring 256), whose destination is cold as the daemon's
-# pinned staging is: the part of a gap that is the destination's, not the
-# daemon's. A second s3load to compare goes in .dev/alt/NAME.xz (RAW_ALT=NAME).
+# pinned staging is, and then as 64 MiB ranged GETs too (--part), the GPU
+# path's parts, which the server may serve at another cost than whole
+# objects: the parts of a gap that are the destination's and the server's,
+# not the daemon's. A second s3load to compare goes in .dev/alt/NAME.xz (RAW_ALT=NAME).
 # Needs .dev/gpu (make gpu-bundle). Writes raw-*.json, gpu.json under $OUT.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-gpu-vs-raw}
@@ -26,6 +28,7 @@ raw() { # raw LABEL BINARY WORKERS [s3load flags...]
 for w in 8 16; do
   raw before s3load $w
   raw cold-ring s3load $w --ring 256
+  raw cold-parts s3load $w --ring 256 --part $((64 << 20))
   if [ -n "${RAW_ALT:-}" ]; then raw "$RAW_ALT" "$RAW_ALT" $w; fi
 done
 mount_s3gdsfs s3gdsfs.log

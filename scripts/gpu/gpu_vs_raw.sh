@@ -8,7 +8,10 @@
 # path's parts, which the server may serve at another cost than whole
 # objects: the parts of a gap that are the destination's and the server's,
 # not the daemon's. A second s3load to compare goes in .dev/alt/NAME.xz (RAW_ALT=NAME).
-# Needs .dev/gpu (make gpu-bundle). Writes raw-*.json, gpu.json under $OUT.
+# MOUNTS: mount flags to compare, one set per line (default: one line, none),
+# for instance staging rings small enough to stay in the CPU's cache
+# ("--staging-slot-size 2MiB --staging-slots 32").
+# Needs .dev/gpu (make gpu-bundle). Writes raw-*.json, gpu-N.json under $OUT.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-gpu-vs-raw}
 THREADS=${THREADS:-8}
@@ -31,8 +34,13 @@ for w in 8 16; do
   raw cold-parts s3load $w --ring 256 --part $((64 << 20))
   if [ -n "${RAW_ALT:-}" ]; then raw "$RAW_ALT" "$RAW_ALT" $w; fi
 done
-mount_s3gdsfs s3gdsfs.log
-python3 scripts/gpu/gpu_check.py --mount "$MP" --manifest "$OUT/big.json" --threads "$THREADS" --seconds "$SECS" --only-throughput > "$OUT/gpu.json"
-python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("gpu path, %d threads: %.2f GB/s" % (d["threads"], d["gbps"]))' "$OUT/gpu.json"
-unmount_s3gdsfs > /dev/null
+i=0
+while IFS= read -r flags; do
+  i=$((i + 1))
+  # shellcheck disable=SC2086 # flags is a list of words
+  mount_s3gdsfs "s3gdsfs-$i.log" $flags < /dev/null
+  python3 scripts/gpu/gpu_check.py --mount "$MP" --manifest "$OUT/big.json" --threads "$THREADS" --seconds "$SECS" --only-throughput < /dev/null > "$OUT/gpu-$i.json"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("gpu path [%s], %d threads: %.2f GB/s, copy-wait share %.3f" % (sys.argv[2], d["threads"], d["gbps"], d["copy_wait_share"]))' "$OUT/gpu-$i.json" "$flags"
+  unmount_s3gdsfs > /dev/null
+done <<< "${MOUNTS:-}"
 for w in 8 16; do raw after s3load $w; done

@@ -17,10 +17,7 @@ OUT=${OUT:-/tmp/s3gdsfs-gpu-vs-raw}
 THREADS=${THREADS:-8}
 SECS=${SECS:-6}
 source scripts/gpu/lib.sh
-for f in .dev/alt/*.xz; do
-  [ -f "$f" ] || continue
-  xz -dc "$f" > "$BIN/$(basename "${f%.xz}")" && chmod +x "$BIN/$(basename "${f%.xz}")"
-done
+unpack_alt_builds
 start_store
 upload big- 16 $((256 << 20)) 100 > "$OUT/big.json"
 KEYS=$(keys_of "$OUT/big.json")

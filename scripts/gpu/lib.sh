@@ -1,5 +1,6 @@
 # Shared set-up for the scripts that run on the GPU machine (sourced).
-# Needs: OUT. Provides: BIN, EP, MP, start_store, upload, mount_s3gdsfs, unmount_s3gdsfs.
+# Needs: OUT. Provides: BIN, EP, MP, start_store, upload, mount_s3gdsfs, unmount_s3gdsfs,
+# unpack_alt_builds.
 set -euo pipefail
 mkdir -p "$OUT"
 BIN=$(mktemp -d)
@@ -22,6 +23,15 @@ cleanup() {
   rm -rf "$ROOT"
 }
 trap cleanup EXIT
+
+# unpack_alt_builds: the builds to compare, .dev/alt/NAME.xz, as $BIN/NAME.
+unpack_alt_builds() {
+  local f
+  for f in .dev/alt/*.xz; do
+    [ -f "$f" ] || continue
+    xz -dc "$f" > "$BIN/$(basename "${f%.xz}")" && chmod +x "$BIN/$(basename "${f%.xz}")"
+  done
+}
 
 # versitygw with its posix backend on /dev/shm, as the reference server.
 start_store() {

@@ -15,10 +15,7 @@ set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-mount-ab}
 ROUNDS=${ROUNDS:-12}
 source scripts/gpu/lib.sh
-for f in .dev/alt/*.xz; do
-  [ -f "$f" ] || continue
-  xz -dc "$f" > "$BIN/$(basename "${f%.xz}")" && chmod +x "$BIN/$(basename "${f%.xz}")"
-done
+unpack_alt_builds
 start_store
 upload ab- 1 $((1 << 30)) 7 > "$OUT/objects.json"
 KEY=$(keys_of "$OUT/objects.json")

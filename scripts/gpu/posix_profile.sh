@@ -21,10 +21,7 @@ BUILDS=${BUILDS:-"default|s3gdsfs|"}
 COUNT=${COUNT:-16}
 SIZE=${SIZE:-$((1 << 30))}
 source scripts/gpu/lib.sh
-for f in .dev/alt/*.xz; do
-  [ -f "$f" ] || continue
-  xz -dc "$f" > "$BIN/$(basename "${f%.xz}")" && chmod +x "$BIN/$(basename "${f%.xz}")"
-done
+unpack_alt_builds
 echo "host: $(nproc) cores, kernel $(uname -r); $COUNT objects of $SIZE bytes per build" | tee "$OUT/profile.txt"
 start_store
 upload prof- "$COUNT" "$SIZE" 91 > "$OUT/objects.json"

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -56,70 +55,6 @@ type mountFlags struct {
 	stagingSlotSize                    sizeFlag
 }
 
-func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
-	fs.StringVar(&mf.endpoint, "endpoint", os.Getenv("AWS_ENDPOINT_URL"), "S3 endpoint URL, http(s)://host[:port]; taken from $AWS_ENDPOINT_URL when the flag is not given")
-	fs.StringVar(&mf.bucket, "bucket", "", "mount one bucket, or NAME/PREFIX for a prefix of it; empty mounts every bucket the credentials can list")
-	fs.StringVar(&mf.region, "region", envOr("AWS_REGION", "us-east-1"), "S3 region; taken from $AWS_REGION when the flag is not given, else us-east-1")
-	fs.StringVar(&mf.caBundle, "ca-bundle", "", "PEM file of CA certificates trusted beside the system store, for https endpoints")
-	fs.BoolVar(&mf.virtualHost, "virtual-host", false, "virtual-hosted-style addressing (bucket.host); path-style is the default")
-	fs.UintVar(&mf.uid, "uid", uint(os.Getuid()), "owner of every file and directory")
-	fs.UintVar(&mf.gid, "gid", uint(os.Getgid()), "group of every file and directory")
-	mf.fileMode, mf.dirMode = 0o444, 0o555
-	fs.Var(&mf.fileMode, "file-mode", "permission bits of files (octal)")
-	fs.Var(&mf.dirMode, "dir-mode", "permission bits of directories (octal)")
-	fs.BoolVar(&mf.allowOther, "allow-other", false, "let other users use the mount (modes still apply; see docs/operations.md)")
-	mf.memoryLimit, mf.cacheSize = vfs.DefaultMemoryLimit, vfs.DefaultCacheSize
-	mf.blockSize, mf.partSize = vfs.DefaultBlockSize, vfs.DefaultPartSize
-	mf.initialWindow, mf.maxWindow = vfs.DefaultInitialWindow, vfs.DefaultMaxWindow
-	fs.Var(&mf.memoryLimit, "memory-limit", "all block memory: prefetch buffers and cache")
-	fs.Var(&mf.cacheSize, "cache-size", "block cache, part of --memory-limit")
-	fs.Var(&mf.blockSize, "block-size", "unit of caching and of random reads")
-	mf.readAhead = daemon.DefaultReadAhead
-	fs.Var(&mf.readAhead, "read-ahead", "kernel readahead for the mount (0 keeps the kernel's 128KiB; needs root)")
-	fs.Var(&mf.partSize, "part-size", "bytes per ranged GET of a sequential reader")
-	fs.Var(&mf.initialWindow, "initial-window", "first prefetch window of a sequential reader")
-	fs.Var(&mf.maxWindow, "max-window", "largest prefetch window per open file")
-	fs.DurationVar(&mf.metaTTL, "meta-ttl", vfs.DefaultMetaTTL, "how long names and sizes are cached")
-	fs.DurationVar(&mf.negativeTTL, "negative-ttl", vfs.DefaultNegativeTTL, "how long a missing name is cached")
-	fs.DurationVar(&mf.connectTimeout, "connect-timeout", 5*time.Second, "bound on connecting to the endpoint")
-	fs.DurationVar(&mf.readTimeout, "read-timeout", vfs.DefaultReadTimeout, "a ranged GET that makes no progress this long is retried, then fails with EIO")
-	fs.IntVar(&mf.retries, "retries", vfs.DefaultRetries, "times a failed ranged GET is sent again")
-	mf.stream = "auto"
-	fs.Var(&mf.stream, "stream", "whole-object GETs for readers that start at the beginning of an object: auto (when the endpoint is on this host or a private network), always (--stream alone) or never (parallel ranged GETs only)")
-	mf.splice = "auto"
-	fs.Var(&mf.splice, "splice", "move the bytes of whole-object streams for direct-I/O readers from the socket into the kernel's reply with splice(2), never through the daemon's memory: auto (with streams over http, where pipes may hold a reply), always (--splice alone; fails the mount where it cannot) or never")
-	mf.streamMinRate = vfs.DefaultStreamMinRate
-	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
-	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
-	fs.IntVar(&mf.pushReaders, "push-readers", defaultPushReaders, "how many opens of objects of at least --direct-io-min-size may be fed at once by writing what is fetched ahead into the kernel page cache (faster for the reader, more CPU), instead of direct I/O; 0: none")
-	fs.DurationVar(&mf.fusePoll, "fuse-poll", defaultFusePoll(), "how long a daemon thread that has just replied polls /dev/fuse for the next FUSE request before it sleeps (threads that have not, while another polls, a twentieth of it); a request it catches skips a thread wake-up; a polling mount also fills a spliced reader's next reply ahead (0: sleep at once, no filling ahead; default 1ms with 8 CPUs or more, else 0)")
-	fs.IntVar(&mf.pushWorkers, "push-workers", vfs.DefaultPushWorkers(), "blocks written into the page cache at once, across files (--push-readers)")
-	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
-	fs.StringVar(&mf.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
-	fs.BoolVar(&mf.foreground, "foreground", true, "stay in the foreground (the mount helper form goes to the background unless -o foreground)")
-	fs.BoolVar(&mf.debugFUSE, "debug-fuse", false, "log every FUSE request")
-	fs.Var(&mf.directIO, "direct-io", "page cache policy: auto (objects of at least --direct-io-min-size bypass the kernel page cache, smaller ones use it), always (--direct-io alone) or never")
-	mf.directIOMinSize = s3fs.DefaultDirectIOMinSize
-	fs.Var(&mf.directIOMinSize, "direct-io-min-size", "with --direct-io=auto, the smallest object read with direct I/O")
-	fs.StringVar(&mf.gpu, "gpu", "auto", "GPU reads: auto (CUDA when the driver loads), off, or host-standin (a test aid: files under --host-standin-dir stand in for device memory)")
-	fs.StringVar(&mf.standinDir, "host-standin-dir", "/dev/shm", "directory of host stand-in buffers, with --gpu=host-standin")
-	fs.StringVar(&mf.rdma, "rdma", "off", "RDMA for GPU reads: off, loopback (an in-process emulation for tests and the demo, never a network), or libs3rdma")
-	fs.StringVar(&mf.rdmaLib, "rdma-lib", "", "path of libs3rdma.so (default: the library search path)")
-	fs.BoolVar(&mf.declineIsError, "rdma-decline-is-error", false, "fail GPU reads whose RDMA transfer is declined (ECANCELED) instead of falling back to HTTP")
-	fs.IntVar(&mf.gpuStreams, "gpu-streams", rdmaread.DefaultStreams, "parallel ranged GETs per GPU read")
-	fs.IntVar(&mf.gpuOps, "gpu-max-ops", rdmaread.DefaultMaxOps, "server operations of GPU reads in flight, across all callers")
-	mf.gpuBytes, mf.rdmaChunk, mf.gpuPart = rdmaread.DefaultMaxBytes, rdmaread.DefaultRDMAChunk, rdmaread.DefaultPartSize
-	fs.Var(&mf.gpuPart, "gpu-part-size", "range of one HTTP GET of a GPU read, streamed through the staging slots")
-	fs.Var(&mf.gpuBytes, "gpu-max-bytes", "bytes of GPU reads in flight, across all callers")
-	fs.Var(&mf.rdmaChunk, "rdma-chunk", "largest single RDMA transfer (at most 1GiB); reads are cut into such chunks so callers interleave")
-	fs.IntVar(&mf.stagingSlots, "staging-slots", rdmaread.DefaultSlots, "pinned staging slots per GPU")
-	mf.stagingSlotSize = rdmaread.DefaultSlotSize
-	fs.Var(&mf.stagingSlotSize, "staging-slot-size", "bytes per pinned staging slot (one ranged GET)")
-	return fs
-}
-
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -128,49 +63,21 @@ func envOr(name, def string) string {
 }
 
 // parseMountArgs reads flags and positional arguments in any order, and
-// -o key=value,... options.
+// -o key=value,... options, which are applied after the flags.
 func parseMountArgs(args []string, helperForm bool) (mountFlags, []string, error) {
 	var mf mountFlags
-	fs := newMountFlagSet(&mf)
-	fs.SetOutput(io.Discard)
-	var opts []string
-	var positional []string
-	for {
-		// "-o" is not a flag of the set: pull it out first.
-		var rest []string
-		for i := 0; i < len(args); i++ {
-			if args[i] == "-o" {
-				if i+1 >= len(args) {
-					return mf, nil, usagef("-o needs key=value,... after it")
-				}
-				opts = append(opts, args[i+1])
-				i++
-				continue
-			}
-			rest = append(rest, args[i])
-		}
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(os.Stderr)
-				fmt.Fprintln(os.Stderr, "usage: s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT")
-				fs.PrintDefaults()
-				return mf, nil, err
-			}
-			return mf, nil, usageError{err}
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+	s := newOptionSet(&mf)
+	positional, lists, err := s.parse(args, os.Stdout)
+	if err != nil {
+		return mf, nil, err
 	}
 	if helperForm {
 		// mount.fuse3 runs "s3gdsfs SOURCE MOUNTPOINT -o opts"; SOURCE may
 		// name the bucket.
 		mf.foreground = false
 	}
-	for _, o := range opts {
-		if err := applyOptions(fs, &mf, o); err != nil {
+	for _, l := range lists {
+		if err := s.applyList(l); err != nil {
 			return mf, nil, err
 		}
 	}
@@ -181,42 +88,6 @@ func parseMountArgs(args []string, helperForm bool) (mountFlags, []string, error
 		positional = positional[1:]
 	}
 	return mf, positional, nil
-}
-
-// fstabNoise are options mount(8) and systemd pass that mean nothing here.
-// "rw" is among them because mount(8) adds it by default; the mount is
-// read-only whatever it says.
-var fstabNoise = map[string]bool{
-	"defaults": true, "rw": true, "ro": true, "auto": true, "noauto": true, "user": true, "nouser": true,
-	"users": true, "nofail": true, "_netdev": true, "exec": true, "noexec": true, "suid": true,
-	"nosuid": true, "dev": true, "nodev": true, "async": true, "atime": true, "noatime": true,
-	"relatime": true, "nodiratime": true,
-}
-
-func applyOptions(fs *flag.FlagSet, mf *mountFlags, list string) error {
-	for _, kv := range strings.Split(list, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" || fstabNoise[kv] || strings.HasPrefix(kv, "x-") || strings.HasPrefix(kv, "comment=") {
-			continue
-		}
-		key, value, hasValue := strings.Cut(kv, "=")
-		key = strings.ReplaceAll(key, "_", "-")
-		f := fs.Lookup(key)
-		if f == nil {
-			return usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", kv)
-		}
-		if !hasValue {
-			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
-				value = "true"
-			} else {
-				return usagef("-o %s: needs a value (%s=...)", key, key)
-			}
-		}
-		if err := fs.Set(key, value); err != nil {
-			return usagef("-o %s: %v", kv, err)
-		}
-	}
-	return nil
 }
 
 func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config, error) {
@@ -248,8 +119,13 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.streamIdle <= 0 {
 		return daemon.Config{}, usagef("--stream-idle %s: must be above 0", mf.streamIdle)
 	}
-	if mf.gpuStreams < 1 || mf.stagingSlots < 1 || mf.gpuOps < 1 {
-		return daemon.Config{}, usagef("--gpu-streams, --gpu-max-ops and --staging-slots: at least 1")
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"gpu-streams", mf.gpuStreams}, {"gpu-max-ops", mf.gpuOps}, {"staging-slots", mf.stagingSlots}} {
+		if n.value < 1 {
+			return daemon.Config{}, usagef("--%s %d: at least 1", n.flag, n.value)
+		}
 	}
 	if mf.directIOMinSize <= 0 {
 		return daemon.Config{}, usagef("--direct-io-min-size %s: must be above 0 (--direct-io=always reads every object with direct I/O)", mf.directIOMinSize.String())
@@ -262,16 +138,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	}
 	if mf.stagingSlotSize < 64<<10 || mf.stagingSlotSize > 1<<30 {
 		return daemon.Config{}, usagef("--staging-slot-size %s: between 64KiB and 1GiB", mf.stagingSlotSize.String())
-	}
-	switch mf.gpu {
-	case "auto", "off", "host-standin":
-	default:
-		return daemon.Config{}, usagef("--gpu %q: use auto, off or host-standin", mf.gpu)
-	}
-	switch mf.rdma {
-	case "off", "loopback", "libs3rdma":
-	default:
-		return daemon.Config{}, usagef("--rdma %q: use off, loopback or libs3rdma", mf.rdma)
 	}
 	if mf.rdma != "off" && mf.gpu == "off" {
 		return daemon.Config{}, usagef("--rdma %s needs GPU reads (--gpu is off)", mf.rdma)

@@ -43,7 +43,7 @@ func parseSize(v string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size (use bytes or a unit: 512KiB, 64MiB, 2GiB)", v)
+		return 0, fmt.Errorf("not a size (use bytes or a unit: 512KiB, 64MiB, 2GiB)")
 	}
 	return n * mult, nil
 }
@@ -68,7 +68,7 @@ func (m *modeFlag) String() string { return fmt.Sprintf("%#o", uint32(*m)) }
 func (m *modeFlag) Set(v string) error {
 	n, err := strconv.ParseUint(v, 8, 32)
 	if err != nil || n > 0o7777 {
-		return fmt.Errorf("%q is not an octal mode such as 0444", v)
+		return fmt.Errorf("not an octal mode such as 0444")
 	}
 	*m = modeFlag(n)
 	return nil
@@ -85,14 +85,15 @@ func parsePolicy(v string) (string, error) {
 	case "never", "false", "off", "0":
 		return "never", nil
 	}
-	return "", fmt.Errorf("%q: want auto, always or never", v)
+	return "", fmt.Errorf("use auto, always or never")
 }
 
-// directIOFlag is --direct-io: auto, always or never. Written alone it means
-// always, as it did when it was a plain switch.
+// directIOFlag is --direct-io: auto, always or never. Written alone (its
+// option's bare value) it means always, as it did when it was a plain switch;
+// accepts says which next argument the bare flag takes as its value.
 type directIOFlag s3fs.DirectIO
 
-func (d *directIOFlag) IsBoolFlag() bool { return true }
+func (d *directIOFlag) accepts(v string) bool { _, err := parsePolicy(v); return err == nil }
 
 func (d *directIOFlag) String() string { return s3fs.DirectIO(*d).String() }
 
@@ -106,10 +107,10 @@ func (d *directIOFlag) Set(v string) error {
 }
 
 // policyFlag is --stream or --splice: auto, always or never. Written alone
-// it means always.
+// (its option's bare value) it means always.
 type policyFlag string
 
-func (f *policyFlag) IsBoolFlag() bool { return true }
+func (f *policyFlag) accepts(v string) bool { _, err := parsePolicy(v); return err == nil }
 
 func (f *policyFlag) String() string { return string(*f) }
 

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+)
+
+// sample is a value of the option's kind other than its default, and a
+// text it refuses ("" for a string, which takes anything).
+func sample(t *testing.T, o *option) (good, bad string) {
+	t.Helper()
+	switch v := o.value.(type) {
+	case *stringValue:
+		return "/some/thing", ""
+	case *enumValue:
+		return v.choices[len(v.choices)-1], "bogus-value"
+	case *boolValue:
+		if o.value.String() == "true" {
+			return "false", "bogus-value"
+		}
+		return "true", "bogus-value"
+	case *intValue, *uintValue:
+		return "7", "bogus-value"
+	case *durationValue:
+		return "7s", "bogus-value"
+	case *sizeFlag:
+		return "3MiB", "bogus-value"
+	case *modeFlag:
+		return "0640", "bogus-value"
+	case *policyFlag, *directIOFlag:
+		if o.value.String() == "never" {
+			return "always", "bogus-value"
+		}
+		return "never", "bogus-value"
+	}
+	t.Fatalf("--%s: no sample for a %T", o.name, o.value)
+	return "", ""
+}
+
+// parsed parses args and returns the option's value as it prints.
+func parsed(t *testing.T, name string, args ...string) (value string, positional []string, err error) {
+	t.Helper()
+	var mf mountFlags
+	s := newOptionSet(&mf)
+	positional, lists, err := s.parse(args, io.Discard)
+	for _, l := range lists {
+		if err == nil {
+			err = s.applyList(l)
+		}
+	}
+	return s.flags[name].value.String(), positional, err
+}
+
+func TestOptionTable(t *testing.T) {
+	var mf mountFlags
+	s := newOptionSet(&mf)
+	seen := map[string]bool{}
+	for i := range s.list {
+		o := &s.list[i]
+		if o.name == "" || seen[o.name] || o.group == "" || o.help == "" || o.def == "" {
+			t.Errorf("option %q: want a new name, a group, help and a default", o.name)
+		}
+		seen[o.name] = true
+		if strings.Contains(o.help, "\n") || len(o.help) > 240 {
+			t.Errorf("--%s: help is %d characters or several lines; keep it to one short line (the why is in docs/)", o.name, len(o.help))
+		}
+		if _, ok := o.value.(bareValue); ok != (o.bare != "") {
+			t.Errorf("--%s: may stand alone %v, but its value is a %T", o.name, o.bare != "", o.value)
+		}
+		if (o.arg == "") != (o.value.String() == "true" || o.value.String() == "false") {
+			t.Errorf("--%s: a switch, and only a switch, has no ARG", o.name)
+		}
+		if helpFlags[o.name] || o.name == markdownFlag {
+			t.Errorf("--%s: taken by the help", o.name)
+		}
+	}
+	for key, o := range s.opts {
+		if key != o.name && !slices.Contains(o.optAliases, key) {
+			t.Errorf("-o %s: not a name nor an alias of --%s", key, o.name)
+		}
+	}
+}
+
+// Every option takes --name=value, --name value and -o name=value, with
+// dashes or underscores; a refused value is named with its flag.
+func TestEveryOptionTakesEveryForm(t *testing.T) {
+	var mf mountFlags
+	s := newOptionSet(&mf)
+	for i := range s.list {
+		o := &s.list[i]
+		good, bad := sample(t, o)
+		under := strings.ReplaceAll(o.name, "-", "_")
+		forms := [][]string{
+			{"--" + o.name + "=" + good, "/mnt"},
+			{"--" + o.name, good, "/mnt"},
+			{"-" + o.name, good, "/mnt"},
+			{"/mnt", "-o", "rw," + under + "=" + good},
+			{"-o", o.name + "=" + good, "/mnt"},
+		}
+		for _, args := range forms {
+			v, pos, err := parsed(t, o.name, args...)
+			if err != nil || !slices.Equal(pos, []string{"/mnt"}) {
+				t.Errorf("%q: %v, positional %q; want /mnt", args, err, pos)
+				continue
+			}
+			var want mountFlags
+			w := newOptionSet(&want).flags[o.name].value
+			w.Set(good)
+			if v != w.String() {
+				t.Errorf("%q: --%s is %s, want %s", args, o.name, v, w.String())
+			}
+		}
+		if bad == "" {
+			continue
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--" + o.name, bad, "/mnt"}, "--" + o.name + " " + bad + ": "},
+			{[]string{"--" + o.name + "=" + bad, "/mnt"}, "--" + o.name + " " + bad + ": "},
+			{[]string{"/mnt", "-o", under + "=" + bad}, "-o " + under + "=" + bad + ": "},
+		} {
+			if o.bare != "" && c.args[1] == bad {
+				continue // alone, it leaves an argument that is none of its values
+			}
+			if _, _, err := parsed(t, o.name, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%q: error %v, want one naming %q", c.args, err, c.want)
+			}
+		}
+	}
+}
+
+// A flag that may stand alone takes the next argument only when it is one
+// of its values.
+func TestBareFlagsAndTheSpaceForm(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+		pos  []string
+	}{
+		{"splice", []string{"--splice", "never", "/mnt"}, "never", []string{"/mnt"}},
+		{"splice", []string{"--splice", "/mnt"}, "always", []string{"/mnt"}},
+		{"splice", []string{"/mnt", "--splice"}, "always", []string{"/mnt"}},
+		{"splice", []string{"--splice=never", "/mnt"}, "never", []string{"/mnt"}},
+		{"splice", []string{"--splice", "off", "/mnt"}, "never", []string{"/mnt"}},
+		{"splice", []string{"--splice", "./never"}, "always", []string{"./never"}},
+		{"splice", []string{"/mnt", "-o", "splice"}, "always", []string{"/mnt"}},
+		{"stream", []string{"--stream", "auto", "/mnt"}, "auto", []string{"/mnt"}},
+		{"stream", []string{"--stream", "never", "--splice", "never", "/mnt"}, "never", []string{"/mnt"}},
+		{"direct-io", []string{"--direct-io", "never", "/mnt"}, "never", []string{"/mnt"}},
+		{"direct-io", []string{"--direct-io", "--stream", "/mnt"}, "always", []string{"/mnt"}},
+		{"allow-other", []string{"--allow-other", "/mnt"}, "true", []string{"/mnt"}},
+		{"allow-other", []string{"--allow-other", "false", "/mnt"}, "false", []string{"/mnt"}},
+		{"foreground", []string{"--foreground=false", "/mnt"}, "false", []string{"/mnt"}},
+		{"debug-fuse", []string{"/mnt", "-o", "debug"}, "true", []string{"/mnt"}},
+		{"bucket", []string{"--", "--bucket", "x"}, "", []string{"--bucket", "x"}},
+	} {
+		v, pos, err := parsed(t, c.name, c.args...)
+		if err != nil || v != c.want || !slices.Equal(pos, c.pos) {
+			t.Errorf("%q: --%s %s, positional %q, %v; want %s, %q", c.args, c.name, v, pos, err, c.want, c.pos)
+		}
+	}
+	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--splice", "never", "--direct-io", "never", "--stream", "never")
+	if cfg.Splice != "never" || cfg.FS.DirectIO != s3fs.DirectIONever || !cfg.Core.NoStream {
+		t.Errorf("--splice never --direct-io never --stream never: splice %s, direct I/O %v, no stream %v", cfg.Splice, cfg.FS.DirectIO, cfg.Core.NoStream)
+	}
+}
+
+func TestOptionMistakesAreNamed(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus", "/mnt"}, "unknown flag --bogus"},
+		{[]string{"/mnt", "--region"}, "--region needs a value"},
+		{[]string{"/mnt", "-o"}, "-o needs"},
+		{[]string{"/mnt", "-o", "region"}, "-o region: needs a value"},
+		{[]string{"/mnt", "-o", "colour=blue"}, "-o colour=blue: unknown option"},
+	} {
+		if _, _, err := parsed(t, "region", c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestMountHelpListsEveryFlag(t *testing.T) {
+	r := runCLI(t, nil, "mount", "--help")
+	if r.code != 0 {
+		t.Fatalf("mount --help: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var mf mountFlags
+	s := newOptionSet(&mf)
+	for i := range s.list {
+		if o := &s.list[i]; !strings.Contains(r.stdout, "  "+o.usageLine()+" ") && !strings.Contains(r.stdout, "  "+o.usageLine()+"\n") {
+			t.Errorf("mount --help does not list %s", o.usageLine())
+		}
+	}
+	for _, g := range []string{groupStore, groupGPU} {
+		if !strings.Contains(r.stdout, "\n"+g+":\n") {
+			t.Errorf("mount --help has no heading %q", g)
+		}
+	}
+	if strings.Contains(r.stdout, markdownFlag) {
+		t.Errorf("mount --help lists --%s", markdownFlag)
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if len(line) > 80 {
+			t.Errorf("mount --help: line of %d characters: %q", len(line), line)
+		}
+	}
+	if md := runCLI(t, nil, "mount", "--help-markdown"); md.code != 0 || md.stdout != s.markdown() {
+		t.Errorf("mount --help-markdown: exit %d, %d bytes; want the table, %d bytes", md.code, len(md.stdout), len(s.markdown()))
+	}
+}

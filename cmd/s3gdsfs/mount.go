@@ -37,7 +37,6 @@ type mountFlags struct {
 	connectTimeout, readTimeout        time.Duration
 	retries                            int
 	stream, splice                     policyFlag
-	pushReaders, pushWorkers           int
 	fusePoll                           time.Duration
 	streamMinRate                      sizeFlag
 	streamIdle                         time.Duration
@@ -107,12 +106,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
-	if mf.pushWorkers < 1 {
-		return daemon.Config{}, usagef("--push-workers %d: at least 1", mf.pushWorkers)
-	}
-	if mf.pushReaders < 0 {
-		return daemon.Config{}, usagef("--push-readers %d: 0 or more", mf.pushReaders)
-	}
 	if mf.fusePoll < 0 || mf.fusePoll > maxFusePoll {
 		return daemon.Config{}, usagef("--fuse-poll %s: from 0 to %s", mf.fusePoll, maxFusePoll)
 	}
@@ -174,7 +167,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			NoStream:      !mf.stream.on(mf.endpoint),
 			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
 			StreamIdle:    mf.streamIdle,
-			PushWorkers:   mf.pushWorkers,
 		},
 		FS: s3fs.Options{
 			UID: uint32(mf.uid), GID: uint32(mf.gid),
@@ -184,7 +176,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Debug:           mf.debugFUSE,
 			DirectIO:        s3fs.DirectIO(mf.directIO),
 			DirectIOMinSize: int64(mf.directIOMinSize),
-			PushReaders:     mf.pushReaders,
 			PollRequests:    mf.fusePoll,
 		},
 		GPU: daemon.GPUConfig{
@@ -242,15 +233,6 @@ func defaultFusePoll() time.Duration {
 }
 
 const maxFusePoll = 10 * time.Millisecond
-
-// defaultPushReaders is none. A pushed reader costs about 2 CPU seconds
-// per GB across the reader, the daemon and a local server (one copy more
-// than direct I/O, and ranged GETs); with --fuse-poll a spliced direct-I/O
-// reader reads nearly as fast for a quarter of that (on 16 cores 3.05-3.72 GB/s
-// at 0.56 s/GB, pushed 3.57-3.88 at 2.13-2.30), and four readers beside a
-// pushed one lose the CPU it takes (11.7 GB/s together without a pushed
-// reader, 8.7-9.1 with one; docs/benchmarks.md).
-const defaultPushReaders = 0
 
 // zeroMeansNone maps a flag's 0 ("none": no retries, no cache, never
 // judged slow) onto the core's negative value, since the core reads 0 as

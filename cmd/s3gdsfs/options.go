@@ -128,10 +128,6 @@ func mountOptions(mf *mountFlags) []option {
 			help: "the smallest object `--direct-io=auto` reads with direct I/O"},
 		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: newSize(&mf.readAhead, daemon.DefaultReadAhead),
 			help: "kernel readahead for the mount (`0` keeps the kernel's 128KiB; needs root)"},
-		{name: "push-readers", group: groupKernel, arg: "N", value: newInt(&mf.pushReaders, defaultPushReaders),
-			help: "opens of objects of at least `--direct-io-min-size` fed at once by writing what is fetched ahead into the page cache, instead of direct I/O; `0`: none"},
-		{name: "push-workers", group: groupKernel, arg: "N", value: newInt(&mf.pushWorkers, vfs.DefaultPushWorkers()), def: "half the CPUs",
-			help: "blocks written into the page cache at once, across files (`--push-readers`)"},
 		{name: "fuse-poll", group: groupKernel, arg: "DURATION", value: newDuration(&mf.fusePoll, defaultFusePoll()), def: "`1ms` with 8 CPUs or more, else `0`", why: benchmarksDoc,
 			help: "how long a thread that has just replied polls `/dev/fuse` for the next request before it sleeps (others a twentieth of it), at most " +
 				formatDuration(maxFusePoll) + "; a polling mount also fills a spliced reader's next reply ahead; `0`: no polling"},

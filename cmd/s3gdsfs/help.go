@@ -103,7 +103,7 @@ func (s *optionSet) usage(w io.Writer) {
 // markdown is README.md's flag table, between its marker lines.
 func (s *optionSet) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n%s\n", markdownBegin, optionsIntro)
+	fmt.Fprintf(&b, "%s\n\n%s\n", markdownBegin, strings.Join(wrap(optionsIntro, 100), "\n"))
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	names, members := s.groups()
 	for _, g := range names {
@@ -120,12 +120,14 @@ func (s *optionSet) markdown() string {
 	return b.String()
 }
 
-// wrap breaks text into lines of at most width bytes, at spaces.
+// wrap breaks text into lines of at most width bytes, at spaces outside
+// `code`.
 func wrap(text string, width int) []string {
 	var lines []string
 	line := ""
 	for _, word := range strings.Fields(text) {
-		if line != "" && len(line)+1+len(word) > width {
+		inCode := strings.Count(line, "`")%2 == 1
+		if line != "" && !inCode && len(line)+1+len(word) > width {
 			lines = append(lines, line)
 			line = ""
 		}

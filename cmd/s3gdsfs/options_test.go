@@ -1,7 +1,9 @@
 package main
 
 import (
+	"flag"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -217,4 +219,51 @@ func TestMountHelpListsEveryFlag(t *testing.T) {
 	if md := runCLI(t, nil, "mount", "--help-markdown"); md.code != 0 || md.stdout != s.markdown() {
 		t.Errorf("mount --help-markdown: exit %d, %d bytes; want the table, %d bytes", md.code, len(md.stdout), len(s.markdown()))
 	}
+}
+
+var updateReadme = flag.Bool("update-readme", false, "write the mount flags' table into README.md")
+
+const readmePath = "../../README.md"
+
+// README.md's flag table is the one the options make.
+func TestReadmeFlagTable(t *testing.T) {
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	begin := strings.Index(readme, markdownBegin)
+	end := strings.Index(readme, markdownEnd)
+	if begin < 0 || end < begin {
+		t.Fatalf("README.md has no flag table between the lines\n%s\nand\n%s\n"+
+			"Put them where it goes and fill it: go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme", markdownBegin, markdownEnd)
+	}
+	end += len(markdownEnd) + 1 // and its newline
+	var mf mountFlags
+	want := newOptionSet(&mf).markdown()
+	got := readme[begin:min(end, len(readme))]
+	if got == want {
+		return
+	}
+	if *updateReadme {
+		if err := os.WriteFile(readmePath, []byte(readme[:begin]+want+readme[min(end, len(readme)):]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote the flag table into README.md")
+		return
+	}
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	line := 0
+	for line < len(gl) && line < len(wl) && gl[line] == wl[line] {
+		line++
+	}
+	at := func(l []string) string {
+		if line < len(l) {
+			return l[line]
+		}
+		return "(the end)"
+	}
+	t.Fatalf("README.md's flag table differs from the mount options in cmd/s3gdsfs/options.go, first at README.md:%d:\n  README: %s\n  code:   %s\n"+
+		"Change the option there, not README.md, and regenerate the table:\n  go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme\n"+
+		"(or paste the output of `s3gdsfs mount --help-markdown` over it).", strings.Count(readme[:begin], "\n")+line+1, at(gl), at(wl))
 }

@@ -246,7 +246,7 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 			return nil, nil, flag.ErrHelp
 		}
 		o := s.flags[name]
-		if o == nil || name == "" || name[0] == '-' {
+		if o == nil {
 			return nil, nil, usagef("unknown flag %s ('s3gdsfs mount --help' lists them)", a)
 		}
 		if !hasValue {

@@ -102,6 +102,7 @@ func TestEveryOptionTakesEveryForm(t *testing.T) {
 			{"-" + o.name, good, "/mnt"},
 			{"/mnt", "-o", "rw," + under + "=" + good},
 			{"-o", o.name + "=" + good, "/mnt"},
+			{"-o=" + under + "=" + good, "/mnt"},
 		}
 		for _, args := range forms {
 			v, pos, err := parsed(t, o.name, args...)

@@ -59,6 +59,11 @@ type StagerConfig struct {
 	SlotSize int // bytes per pinned slot
 	Slots    int // slots in the ring
 	Streams  int // copy streams
+	// PerCopier, when set, is how many slots one copier cycles through:
+	// it takes back its own slots as their copies complete instead of
+	// taking the ring's coldest, and waits for its oldest copy once it
+	// holds this many.
+	PerCopier int
 }
 
 // Defaults: 4-16 MiB slots reach the host-to-device ceiling (about 54 GB/s
@@ -78,6 +83,8 @@ type Slot struct {
 	state slotState
 	fence uintptr // the event recorded after the slot's last copy
 	seq   uint64  // enqueue order, to wait on the oldest copy first
+	// copier enqueued the slot's pending copy and may take it back.
+	copier *copier
 }
 
 // Stager owns a device's slot ring and copy streams. Its methods are safe
@@ -90,6 +97,9 @@ type Stager interface {
 	// the stager's streams (the least used; streams are shared when there
 	// are more requests than streams). It never blocks.
 	NewCopier() (Copier, error)
+	// Busy counts the slots out of the ring now: held by callers (being
+	// filled) and being copied.
+	Busy() (held, copying int)
 	// Close waits for outstanding copies and frees the slots and streams.
 	// It fails, leaving the stager usable, while slots are held by callers
 	// or copiers are open.

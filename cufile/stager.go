@@ -211,6 +211,7 @@ func (s *stager) notifyLocked() {
 
 func (s *stager) freeLocked(slot *Slot) {
 	slot.state = slotFree
+	slot.copier = nil
 	s.free = append(s.free, slot)
 }
 
@@ -259,6 +260,23 @@ func (s *stager) reclaimLocked() {
 	}
 }
 
+// takeCompletedLocked removes slot, whose copy has completed, from its
+// stream's queue; the copies queued before it on that stream have completed
+// too (a stream runs in order) and go back to the ring.
+func (s *stager) takeCompletedLocked(st *copyStream, slot *Slot) {
+	for i, q := range st.copying {
+		if q == slot {
+			for _, earlier := range st.copying[:i] {
+				s.freeLocked(earlier)
+			}
+			st.copying = st.copying[i+1:]
+			slot.copier = nil
+			s.notifyLocked()
+			return
+		}
+	}
+}
+
 func (st *copyStream) noteErr(err error) {
 	if st.err == nil {
 		st.err = err
@@ -300,6 +318,23 @@ func (s *stager) release(slot *Slot) {
 		s.freeLocked(slot)
 		s.notifyLocked()
 	}
+}
+
+func (s *stager) Busy() (held, copying int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.reclaimLocked() // copies that completed are not busy
+	}
+	for _, slot := range s.slots {
+		switch slot.state {
+		case slotHeld:
+			held++
+		case slotCopying:
+			copying++
+		}
+	}
+	return held, copying
 }
 
 func (s *stager) NewCopier() (Copier, error) {
@@ -364,13 +399,75 @@ type copier struct {
 	stream *copyStream
 	waited atomic.Int64
 	closed bool
+	// mine holds the slots this copier enqueued, oldest first. It takes
+	// them back once their copies complete, so that its fills land in
+	// memory still in the CPU's cache rather than in the coldest slot of
+	// the ring.
+	mine []*Slot
 }
 
 func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
+	if slot, err := c.reuse(ctx); slot != nil || err != nil {
+		return slot, err
+	}
 	return c.s.acquire(ctx, &c.waited)
+}
+
+// reuse takes back this copier's oldest slot once its copy is complete,
+// waiting for it when the copier already holds its share of the ring
+// (StagerConfig.PerCopier). It returns nil when a slot should come from
+// the ring instead.
+func (c *copier) reuse(ctx context.Context) (*Slot, error) {
+	s := c.s
+	depth := s.cfg.PerCopier
+	if depth <= 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(c.mine) > 0 {
+		slot := c.mine[0]
+		if slot.copier != c || slot.state != slotCopying {
+			// Reclaimed into the ring by another acquirer meanwhile.
+			c.mine = c.mine[1:]
+			continue
+		}
+		var done bool
+		var err error
+		if len(c.mine) >= depth {
+			// Wait outside the lock: other copiers go on meanwhile.
+			s.mu.Unlock()
+			start := time.Now()
+			err = s.dev.run(func() error { return s.dev.waitFence(slot.fence) })
+			addSince(&c.waited, start)
+			s.mu.Lock()
+			if slot.copier != c || slot.state != slotCopying {
+				continue // reclaimed by the ring meanwhile: look again
+			}
+			done = err == nil
+		} else {
+			err = s.dev.run(func() error {
+				var qerr error
+				done, qerr = s.dev.fenceDone(slot.fence)
+				return qerr
+			})
+		}
+		if err != nil {
+			// Leave it to the ring's reclaim, which reports the failure.
+			return nil, nil
+		}
+		if !done {
+			return nil, nil
+		}
+		c.mine = c.mine[1:]
+		s.takeCompletedLocked(c.stream, slot)
+		slot.state = slotHeld
+		return slot, ctx.Err()
+	}
+	return nil, nil
 }
 
 func (c *copier) ReleaseSlot(slot *Slot) { c.s.release(slot) }
@@ -401,7 +498,11 @@ func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) err
 			s.seq++
 			slot.seq = s.seq
 			slot.state = slotCopying
+			slot.copier = c
 			c.stream.copying = append(c.stream.copying, slot)
+			if s.cfg.PerCopier > 0 {
+				c.mine = append(c.mine, slot)
+			}
 			s.notifyLocked()
 			return nil
 		}
@@ -459,6 +560,17 @@ func (c *copier) Close() error {
 	c.closed = true
 	s := c.s
 	s.mu.Lock()
+	if err == nil {
+		// The stream is idle: this copier's slots go back to the ring
+		// now, on top of its free list, for the next request to reuse.
+		for _, slot := range c.mine {
+			if slot.copier == c && slot.state == slotCopying {
+				s.takeCompletedLocked(c.stream, slot)
+				s.freeLocked(slot)
+			}
+		}
+	}
+	c.mine = nil
 	c.stream.users--
 	s.copiers--
 	s.notifyLocked()

@@ -330,3 +330,125 @@ func TestStagerConfig(t *testing.T) {
 		}
 	}
 }
+
+// A copier with slots of its own fills only those, once their copies have
+// landed, however large the ring: its bytes keep landing in the same few
+// buffers. Without PerCopier the same copier walks the whole ring.
+func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
+	for _, tc := range []struct {
+		perCopier, wantMaxDistinct int
+	}{{2, 2}, {3, 3}, {0, 8}} {
+		t.Run(fmt.Sprintf("per-copier=%d", tc.perCopier), func(t *testing.T) {
+			b, dir := standin(t)
+			b.copyDelay = 200 * time.Microsecond
+			const slotSize, chunks = 4096, 64
+			path := standinFile(t, dir, "buf", slotSize*chunks, 0)
+			a, err := b.Import(0, nameHandle("buf"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2, PerCopier: tc.perCopier})
+			c, err := st.NewCopier()
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := pattern(slotSize*chunks, 7)
+			seen := map[int]bool{}
+			for i := range chunks {
+				slot, err := acquireWithin(c, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[slot.index] = true
+				copy(slot.Buf, data[i*slotSize:(i+1)*slotSize])
+				if err := c.CopyAsync(slot, slotSize, a, uint64(i*slotSize)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if fileSum(t, path) != sha256.Sum256(data) {
+				t.Fatal("destination differs from what was copied")
+			}
+			if tc.perCopier > 0 && len(seen) > tc.wantMaxDistinct {
+				t.Fatalf("copier filled %d distinct slots, want at most %d", len(seen), tc.wantMaxDistinct)
+			}
+			if tc.perCopier == 0 && len(seen) != tc.wantMaxDistinct {
+				t.Fatalf("without slots of its own the copier filled %d distinct slots, want the whole ring (%d)", len(seen), tc.wantMaxDistinct)
+			}
+			// Every slot is back in the ring once the copier closed.
+			var held []*Slot
+			for range 8 {
+				s, err := acquireWithin(st, time.Second)
+				if err != nil {
+					t.Fatalf("slot %d after Close: %v", len(held), err)
+				}
+				held = append(held, s)
+			}
+			releaseAll(st)
+		})
+	}
+}
+
+// Copiers with slots of their own share a small ring with copies lagging
+// behind: no slot is handed out twice and every byte lands.
+func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
+	b, dir := standin(t)
+	b.copyDelay = 300 * time.Microsecond
+	const workers, chunks, slotSize = 6, 30, 4096
+	const region = chunks * slotSize
+	path := standinFile(t, dir, "buf", workers*region, 0)
+	a, err := b.Import(0, nameHandle("buf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// Fewer slots than workers times their share: copiers also wait on the ring.
+	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2, PerCopier: 2})
+	var holder [7]atomic.Int32
+	want := make([]byte, workers*region)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 1; w <= workers; w++ {
+		data := pattern(region, uint64(w))
+		copy(want[(w-1)*region:], data)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := st.NewCopier()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			off := uint64((w - 1) * region)
+			for i := 0; i < region; i += slotSize {
+				slot, err := acquireWithin(c, 10*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !holder[slot.index].CompareAndSwap(0, int32(w)) {
+					errs <- fmt.Errorf("slot %d handed to worker %d while worker %d holds it", slot.index, w, holder[slot.index].Load())
+					return
+				}
+				copy(slot.Buf, data[i:i+slotSize])
+				holder[slot.index].Store(0)
+				if err := c.CopyAsync(slot, slotSize, a, off+uint64(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if fileSum(t, path) != sha256.Sum256(want) {
+		t.Fatal("destination differs from what was copied")
+	}
+}

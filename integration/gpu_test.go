@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -326,7 +327,14 @@ func childMmapSHA256(path string) int {
 // childIoctl issues one GPU read on fd 3 (inherited) and exits with the errno.
 func childIoctl() int {
 	f := os.NewFile(3, "inherited")
-	_, err := s3gds.Read(f, hostRequest(os.Getenv("S3GDSFS_TEST_BUF"), 0, 10, 0))
+	length, dst := uint64(10), uint64(0)
+	if v, err := strconv.ParseUint(os.Getenv("S3GDSFS_TEST_LENGTH"), 10, 64); err == nil {
+		length = v
+	}
+	if v, err := strconv.ParseUint(os.Getenv("S3GDSFS_TEST_DST"), 10, 64); err == nil {
+		dst = v
+	}
+	_, err := s3gds.Read(f, hostRequest(os.Getenv("S3GDSFS_TEST_BUF"), 0, length, dst))
 	var en unix.Errno
 	if errors.As(err, &en) {
 		return int(en)

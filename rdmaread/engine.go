@@ -24,17 +24,25 @@ import (
 
 // Config tunes the engine; zero fields take the defaults.
 type Config struct {
-	// Streams is how many ranged GETs one request runs at once.
+	// Streams is the most ranged GETs one read runs at once.
 	Streams int
+	// TargetStreams is how many GETs the engine aims to have in flight
+	// across all reads: a read takes its share (TargetStreams over the
+	// reads in flight, between one and Streams), so a lone read is cut
+	// into parallel ranges while busy readers send one GET each, which a
+	// server answers more cheaply than ranges of the same object.
+	TargetStreams int
 	// MaxOps bounds server operations (ranged GETs, RDMA transfers) in
-	// flight across all GPU reads; MaxBytes bounds their bytes.
+	// flight across all GPU reads; MaxBytes bounds their bytes. A GET
+	// counts the pinned slot it fills, not its length: its bytes wait in
+	// the server's socket, not in memory of ours.
 	MaxOps   int
 	MaxBytes int64
-	// PartSize is the range of one HTTP GET of a GPU read; it is streamed
-	// through slots, so it may exceed the slot size.
+	// PartSize, when set, is the largest range of one HTTP GET of a GPU
+	// read; parts are streamed through slots, so they may exceed a slot.
 	PartSize int64
 	// RDMAChunk is the largest RDMA transfer: reads are cut into chunks of
-	// this size so that callers interleave.
+	// at most this size so that callers interleave.
 	RDMAChunk int64
 	// Staging sizes each device's pinned ring; a chunk of a request is one slot.
 	Staging     cufile.StagerConfig
@@ -42,24 +50,28 @@ type Config struct {
 	Retries     int
 }
 
-// Defaults, measured on an H200 host (docs/benchmarks.md): four streams per
-// request; a ring of 64 x 16 MiB pinned slots per device (1 GiB) gave one
-// process with eight readers 13.8 GB/s with 2.6% of call time waiting on
-// copies, against 11.5 GB/s and 11.8% with 32 x 8 MiB.
+// Defaults; docs/benchmarks.md gives the measurements behind them. Slots
+// are small and each GET's copier cycles through two of its own, so the
+// bytes a GET reads land in memory still in the CPU's cache; the ring holds
+// enough of them for every operation in flight to have its two.
 const (
-	DefaultStreams   = 4
-	DefaultMaxOps    = 64
-	DefaultMaxBytes  = 2 << 30
-	DefaultRDMAChunk = 64 << 20
-	DefaultPartSize  = 64 << 20
-	DefaultSlotSize  = 16 << 20
-	DefaultSlots     = 64
-	DefaultCopiers   = 8
+	DefaultStreams       = 4
+	DefaultTargetStreams = 8
+	DefaultMaxOps        = 64
+	DefaultMaxBytes      = 16 << 30
+	DefaultRDMAChunk     = 256 << 20
+	DefaultSlotSize      = 4 << 20
+	DefaultSlots         = 256
+	DefaultCopiers       = 8
+	DefaultPerCopier     = 2
 )
 
 func (c *Config) applyDefaults() {
 	if c.Streams <= 0 {
 		c.Streams = DefaultStreams
+	}
+	if c.TargetStreams <= 0 {
+		c.TargetStreams = DefaultTargetStreams
 	}
 	if c.MaxOps <= 0 {
 		c.MaxOps = DefaultMaxOps
@@ -67,8 +79,8 @@ func (c *Config) applyDefaults() {
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = DefaultMaxBytes
 	}
-	if c.PartSize <= 0 {
-		c.PartSize = DefaultPartSize
+	if c.PartSize < 0 {
+		c.PartSize = 0
 	}
 	if c.RDMAChunk <= 0 || c.RDMAChunk > MaxServerOp {
 		c.RDMAChunk = DefaultRDMAChunk
@@ -81,6 +93,11 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Staging.Streams <= 0 {
 		c.Staging.Streams = DefaultCopiers
+	}
+	if c.Staging.PerCopier == 0 {
+		c.Staging.PerCopier = DefaultPerCopier
+	} else if c.Staging.PerCopier < 0 {
+		c.Staging.PerCopier = 0 // the ring's order only
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 30 * time.Second
@@ -139,6 +156,8 @@ type Engine struct {
 
 	mu      sync.Mutex
 	stagers map[int]cufile.Stager
+
+	reading atomic.Int64 // reads in flight, for sizing parts by load
 }
 
 // New builds an engine over a CUDA backend (or the host stand-in).
@@ -167,6 +186,14 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "s3gdsfs_gpu_ops_waiting", Help: "Server operations of GPU reads waiting for their turn.",
 		}, func() float64 { _, _, w := e.sched.InFlight(); return float64(w) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "s3gdsfs_gpu_staging_slots_busy", Help: "Pinned staging slots out of the ring, by state: held (being filled) or copying.",
+			ConstLabels: prometheus.Labels{"state": "held"},
+		}, func() float64 { h, _ := e.stagingBusy(); return float64(h) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "s3gdsfs_gpu_staging_slots_busy", Help: "Pinned staging slots out of the ring, by state: held (being filled) or copying.",
+			ConstLabels: prometheus.Labels{"state": "copying"},
+		}, func() float64 { _, c := e.stagingBusy(); return float64(c) }),
 	)
 	return e
 }
@@ -180,6 +207,17 @@ func (e *Engine) Imports() *cufile.ImportCache { return e.imports }
 
 // Stager is the device's staging ring, shared with the loopback fabric.
 func (e *Engine) Stager(device int) (cufile.Stager, error) { return e.stager(device) }
+
+// stagingBusy sums the slots out of every device's ring.
+func (e *Engine) stagingBusy() (held, copying int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, st := range e.stagers {
+		h, c := st.Busy()
+		held, copying = held+h, copying+c
+	}
+	return held, copying
+}
 
 // stager returns the device's staging ring, creating it on first use.
 func (e *Engine) stager(device int) (cufile.Stager, error) {
@@ -226,6 +264,8 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	if n == 0 {
 		return Result{Elapsed: time.Since(start)}, nil
 	}
+	e.reading.Add(1)
+	defer e.reading.Add(-1)
 	var res Result
 	if rdma {
 		res, err = e.readRDMA(ctx, r, n, alloc)
@@ -279,39 +319,35 @@ func (e *Engine) account(res Result) {
 	e.m.GPUCopyWait.Add(res.CopyWait.Seconds())
 }
 
-// filled is a slot whose bytes are in, on its way to the copy stream; a
-// slot with n == 0 only goes back to the ring.
-type filled struct {
-	slot   *cufile.Slot
-	n      int
-	dstOff uint64
-	err    error
-}
-
-// readHTTP fetches the range in parts of PartSize with parallel ranged GETs,
-// each streamed slot by slot into the pinned ring; this goroutine enqueues
-// each filled slot's device copy (a copier is not safe for concurrent use)
-// while the others keep filling, then waits for the copies once. One GET
-// per part rather than per slot keeps the server's per-request cost off the
-// byte rate.
+// readHTTP fetches the range in parts with parallel ranged GETs (as few as
+// the load allows: partSize), each streamed slot by slot into the pinned
+// ring. Each GET's goroutine enqueues its own slots' device copies on a
+// copier of its own, so that a filled slot goes to the device without a
+// hand-over and comes back to the same goroutine, still in the CPU's cache.
+// One GET per part rather than per slot keeps the server's per-request cost
+// off the byte rate.
 func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
 	stager, err := e.stager(r.Device)
-	if err != nil {
-		return Result{}, err
-	}
-	copier, err := stager.NewCopier()
 	if err != nil {
 		return Result{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	part := e.cfg.PartSize
+	part := e.partSize(n, e.reading.Load())
 	parts := (n + part - 1) / part
 	workers := min(int64(e.cfg.Streams), parts)
-	var next atomic.Int64
-	var slotWait atomic.Int64
-	out := make(chan filled, 2*workers)
+	var next, copied, waited atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+		mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	e.m.GPUBytesInFlight.Add(float64(n))
 	defer e.m.GPUBytesInFlight.Sub(float64(n))
@@ -319,6 +355,19 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			copier, err := stager.NewCopier()
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer func() {
+				t0 := time.Now()
+				// Close synchronises the stream: the bytes are visible once it returns.
+				if err := copier.Close(); err != nil {
+					fail(err)
+				}
+				waited.Add(copier.WaitNanos() + int64(time.Since(t0)))
+			}()
 			for {
 				i := next.Add(1) - 1
 				if i >= parts || ctx.Err() != nil {
@@ -328,54 +377,28 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 				size := min(part, n-off)
 				// The caller's turn first, then slots: a read waiting for
 				// its turn holds no pinned memory.
-				done, err := e.sched.Acquire(ctx, r.Owner, size)
+				done, err := e.sched.Acquire(ctx, r.Owner, min(size, int64(e.cfg.Staging.SlotSize)))
 				if err == nil {
-					err = e.streamPart(ctx, r, stager, r.Offset+off, size, r.DstOffset+uint64(off), out, &slotWait)
+					err = e.streamPart(ctx, r, copier, alloc, r.Offset+off, size, r.DstOffset+uint64(off), &copied)
 					done()
 				}
 				if err != nil {
-					out <- filled{err: err}
+					fail(err)
 					return
 				}
 			}
 		}()
 	}
-	go func() { wg.Wait(); close(out) }()
-
-	var firstErr error
-	var copied int64
-	for f := range out {
-		switch {
-		case f.err != nil:
-			if firstErr == nil {
-				firstErr = f.err
-				cancel()
-			}
-		case f.n == 0 || firstErr != nil:
-			copier.ReleaseSlot(f.slot)
-		default:
-			if err := copier.CopyAsync(f.slot, f.n, alloc, f.dstOff); err != nil {
-				firstErr = err
-				cancel()
-			} else {
-				copied += int64(f.n)
-			}
-		}
-	}
+	wg.Wait()
+	wait := time.Duration(waited.Load())
 	// A worker that finds the request cancelled stops without a word, so
-	// bytes may be missing with no error among the results: success only
-	// when every byte was copied.
-	if firstErr == nil && copied != n {
+	// bytes may be missing with no error recorded: success only when every
+	// byte was copied.
+	if firstErr == nil && copied.Load() != n {
 		firstErr = ctx.Err()
 		if firstErr == nil {
-			firstErr = fmt.Errorf("rdmaread: %d of %d bytes carried", copied, n)
+			firstErr = fmt.Errorf("rdmaread: %d of %d bytes carried", copied.Load(), n)
 		}
-	}
-	t0 := time.Now()
-	syncErr := copier.Close() // synchronises the stream: bytes are visible once it returns
-	wait := time.Duration(slotWait.Load()) + time.Since(t0)
-	if firstErr == nil {
-		firstErr = syncErr
 	}
 	if firstErr != nil {
 		return Result{CopyWait: wait}, firstErr
@@ -383,10 +406,29 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	return Result{Bytes: n, HTTPBytes: n, Transport: abi.TransportHTTP, CopyWait: wait}, nil
 }
 
+// partSize is the range of one GET of a read of n bytes while reading
+// reads are in flight: the read's share of TargetStreams, at most Streams
+// parts, none under minPart, none over PartSize when that is set.
+func (e *Engine) partSize(n, reading int64) int64 {
+	k := min(max(int64(e.cfg.TargetStreams)/max(reading, 1), 1), int64(e.cfg.Streams))
+	k = min(k, max(n/minPart, 1))
+	const align = 1 << 20
+	part := (n + k - 1) / k
+	part = (part + align - 1) / align * align
+	if e.cfg.PartSize > 0 {
+		part = min(part, e.cfg.PartSize)
+	}
+	return max(part, 1)
+}
+
+// minPart is the smallest part worth a GET of its own.
+const minPart = 8 << 20
+
 // streamPart reads [off, off+size) with one ranged GET into successive
-// slots, handing each to out as it fills. After a transient failure it asks
-// again from the first byte not yet in a slot, up to Retries times.
-func (e *Engine) streamPart(ctx context.Context, r Request, stager cufile.Stager, off, size int64, dst uint64, out chan<- filled, slotWait *atomic.Int64) error {
+// slots, enqueuing each slot's copy to dst as it fills. After a transient
+// failure it asks again from the first byte not yet in a slot, up to
+// Retries times.
+func (e *Engine) streamPart(ctx context.Context, r Request, copier cufile.Copier, alloc cufile.Allocation, off, size int64, dst uint64, copied *atomic.Int64) error {
 	pos, end := off, off+size
 	var err error
 	for attempt := 0; pos < end; attempt++ {
@@ -402,8 +444,9 @@ func (e *Engine) streamPart(ctx context.Context, r Request, stager cufile.Stager
 			}
 		}
 		var moved int64
-		moved, err = e.streamOnce(ctx, r, stager, pos, end, dst+uint64(pos-off), out, slotWait)
+		moved, err = e.streamOnce(ctx, r, copier, alloc, pos, end, dst+uint64(pos-off))
 		pos += moved
+		copied.Add(moved)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -414,8 +457,8 @@ func (e *Engine) streamPart(ctx context.Context, r Request, stager cufile.Stager
 }
 
 // streamOnce sends one GET for [pos, end) and fills slots from its body;
-// it returns how many bytes reached slots.
-func (e *Engine) streamOnce(ctx context.Context, r Request, stager cufile.Stager, pos, end int64, dst uint64, out chan<- filled, slotWait *atomic.Int64) (int64, error) {
+// it returns how many bytes were enqueued for the device.
+func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier, alloc cufile.Allocation, pos, end int64, dst uint64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
@@ -428,19 +471,19 @@ func (e *Engine) streamOnce(ctx context.Context, r Request, stager cufile.Stager
 	defer body.Close()
 	var moved int64
 	for pos+moved < end {
-		t0 := time.Now()
-		slot, err := stager.AcquireSlot(ctx)
-		slotWait.Add(int64(time.Since(t0)))
+		slot, err := copier.AcquireSlot(ctx)
 		if err != nil {
 			return moved, guard.Err(err)
 		}
 		guard.Touch()
 		n := min(int64(len(slot.Buf)), end-pos-moved)
 		if err := guard.ReadFull(ctx, body, slot.Buf[:n]); err != nil {
-			out <- filled{slot: slot} // back to the ring; these bytes are asked for again
+			copier.ReleaseSlot(slot) // these bytes are asked for again
 			return moved, err
 		}
-		out <- filled{slot: slot, n: int(n), dstOff: dst + uint64(moved)}
+		if err := copier.CopyAsync(slot, int(n), alloc, dst+uint64(moved)); err != nil {
+			return moved, err
+		}
 		moved += n
 	}
 	return moved, objstore.CheckEnd(body)

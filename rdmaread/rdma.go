@@ -94,7 +94,8 @@ type partResult struct {
 // most Streams at a time, each first over RDMA and, when declined, over
 // HTTP into the same place.
 func (e *Engine) readRDMA(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
-	parts := rdmatoken.SplitRange(r.Offset, n, e.cfg.RDMAChunk) // readers interleave by chunk
+	chunk := min(e.cfg.RDMAChunk, e.partSize(n, e.reading.Load()))
+	parts := rdmatoken.SplitRange(r.Offset, n, chunk) // readers interleave by chunk
 	results := make([]partResult, len(parts))
 	sem := make(chan struct{}, e.cfg.Streams)
 	var wg sync.WaitGroup

@@ -24,11 +24,17 @@ import s3gds  # noqa: E402
 
 
 def worker(path, mount, objs, threads, seconds, idx, start_evt, q, device):
-    if path == "gpu":
+    if path in ("gpu", "posix-copy"):
         import torch
         torch.cuda.set_device(device)
         size = max(o["size"] for o in objs)
         bufs = [torch.empty(size, dtype=torch.uint8, device=f"cuda:{device}") for _ in range(threads)]
+        if path == "posix-copy":
+            # POSIX reads into pinned host memory, then one copy to the
+            # device: what a program does without the ioctl.
+            hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for _ in range(threads)]
+            views = [memoryview(h.numpy()) for h in hosts]
+            streams = [torch.cuda.Stream() for _ in range(threads)]
         torch.cuda.synchronize()
     fds = {o["key"]: os.open(os.path.join(mount, o["key"]), os.O_RDONLY) for o in objs}
     counts = [0] * threads
@@ -50,6 +56,19 @@ def worker(path, mount, objs, threads, seconds, idx, start_evt, q, device):
                 if path == "gpu":
                     r = s3gds.read_into(bufs[t], None, fd=fds[o["key"]], length=o["size"])
                     nbytes[t] += r.nbytes
+                    last[t] = o
+                elif path == "posix-copy":
+                    fd = fds[o["key"]]
+                    got, size = 0, o["size"]
+                    while got < size:
+                        n = os.preadv(fd, [views[t][got:min(size, got + (8 << 20))]], got)
+                        if n <= 0:
+                            raise OSError(f"short read at {got} of {size}")
+                        got += n
+                    with torch.cuda.stream(streams[t]):
+                        bufs[t][:size].copy_(hosts[t][:size], non_blocking=True)
+                    streams[t].synchronize()
+                    nbytes[t] += size
                     last[t] = o
                 else:
                     fd = os.open(os.path.join(mount, o["key"]), os.O_RDONLY)
@@ -77,7 +96,7 @@ def worker(path, mount, objs, threads, seconds, idx, start_evt, q, device):
     # Only the reading is timed; the checks below are not.
     elapsed = time.time() - t0
     bad = 0
-    if path == "gpu":
+    if path in ("gpu", "posix-copy"):
         # Every thread's last object is checked byte for byte.
         import hashlib
         for t in range(threads):
@@ -138,7 +157,7 @@ def run_n(path, mount, objs, n, threads, seconds, devices):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--path", choices=["posix", "gpu"], required=True)
+    ap.add_argument("--path", choices=["posix", "gpu", "posix-copy"], required=True)
     ap.add_argument("--mount", required=True)
     ap.add_argument("--manifest", required=True)
     ap.add_argument("--ops-manifest")

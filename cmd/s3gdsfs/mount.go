@@ -50,6 +50,7 @@ type mountFlags struct {
 	rdma, rdmaLib                      string
 	declineIsError                     bool
 	gpuStreams, stagingSlots, gpuOps   int
+	gpuTargetStreams, stagingPerCopier int
 	gpuBytes, rdmaChunk, gpuPart       sizeFlag
 	stagingSlotSize                    sizeFlag
 }
@@ -115,7 +116,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	for _, n := range []struct {
 		flag  string
 		value int
-	}{{"gpu-streams", mf.gpuStreams}, {"gpu-max-ops", mf.gpuOps}, {"staging-slots", mf.stagingSlots}} {
+	}{{"gpu-streams", mf.gpuStreams}, {"gpu-target-streams", mf.gpuTargetStreams}, {"gpu-max-ops", mf.gpuOps}, {"staging-slots", mf.stagingSlots}} {
 		if n.value < 1 {
 			return daemon.Config{}, usagef("--%s %d: at least 1", n.flag, n.value)
 		}
@@ -123,8 +124,11 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.directIOMinSize <= 0 {
 		return daemon.Config{}, usagef("--direct-io-min-size %s: must be above 0 (--direct-io=always reads every object with direct I/O)", mf.directIOMinSize.String())
 	}
-	if mf.gpuPart < 1<<20 {
-		return daemon.Config{}, usagef("--gpu-part-size %s: at least 1MiB", mf.gpuPart.String())
+	if mf.gpuPart != 0 && mf.gpuPart < 1<<20 {
+		return daemon.Config{}, usagef("--gpu-part-size %s: 0 or at least 1MiB", mf.gpuPart.String())
+	}
+	if mf.stagingPerCopier < 0 || mf.stagingPerCopier > mf.stagingSlots {
+		return daemon.Config{}, usagef("--staging-per-copier %d: from 0 to --staging-slots (%d)", mf.stagingPerCopier, mf.stagingSlots)
 	}
 	if mf.rdmaChunk < 1<<20 || mf.rdmaChunk > 1<<30 {
 		return daemon.Config{}, usagef("--rdma-chunk %s: between 1MiB and 1GiB", mf.rdmaChunk.String())
@@ -185,14 +189,16 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			RDMALibrary:    mf.rdmaLib,
 			DeclineIsError: mf.declineIsError,
 			Engine: rdmaread.Config{
-				Streams:     mf.gpuStreams,
-				MaxOps:      mf.gpuOps,
-				MaxBytes:    int64(mf.gpuBytes),
-				RDMAChunk:   int64(mf.rdmaChunk),
-				PartSize:    int64(mf.gpuPart),
-				ReadTimeout: mf.readTimeout,
-				Retries:     zeroMeansNone(mf.retries),
-				Staging:     cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots},
+				Streams:       mf.gpuStreams,
+				TargetStreams: mf.gpuTargetStreams,
+				MaxOps:        mf.gpuOps,
+				MaxBytes:      int64(mf.gpuBytes),
+				RDMAChunk:     int64(mf.rdmaChunk),
+				PartSize:      int64(mf.gpuPart),
+				ReadTimeout:   mf.readTimeout,
+				Retries:       zeroMeansNone(mf.retries),
+				Staging: cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots,
+					PerCopier: perCopier(mf.stagingPerCopier)},
 			},
 		},
 		Splice:       string(mf.splice),
@@ -401,4 +407,12 @@ func startInBackground(args []string) error {
 		line = "the background mount exited before it was ready (use --log-file to see why)"
 	}
 	return errors.New(line)
+}
+
+// perCopier maps the flag's 0 (no slots of its own) to the engine's "off".
+func perCopier(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -1,0 +1,39 @@
+package rdmaread
+
+import "testing"
+
+// A read takes its share of the target streams: alone it is cut into
+// parallel ranges, among many it is one GET of its whole range, which a
+// server serves more cheaply than ranges of it.
+func TestPartSizeSharesTheTargetStreams(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name          string
+		target, cap   int64
+		n, reading    int64
+		wantPart      int64
+		wantPartCount int64
+	}{
+		{"alone: Streams ranges", 8, 0, 256 * mib, 1, 64 * mib, 4},
+		{"two reads: four each", 8, 0, 256 * mib, 2, 64 * mib, 4},
+		{"four reads: two each", 8, 0, 256 * mib, 4, 128 * mib, 2},
+		{"eight reads: one GET each", 8, 0, 256 * mib, 8, 256 * mib, 1},
+		{"more reads than the target: still one", 8, 0, 768 * mib, 64, 768 * mib, 1},
+		{"small read: never below minPart", 8, 0, 12 * mib, 1, 12 * mib, 1},
+		{"odd size rounds up to whole MiB", 8, 0, 100*mib + 1, 1, 26 * mib, 4},
+		{"PartSize caps the part", 8, 16 * mib, 256 * mib, 8, 16 * mib, 16},
+		{"zero reading counts as one", 8, 0, 64 * mib, 0, 16 * mib, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Engine{cfg: Config{TargetStreams: int(tc.target), PartSize: tc.cap}}
+			e.cfg.applyDefaults()
+			got := e.partSize(tc.n, tc.reading)
+			if got != tc.wantPart {
+				t.Fatalf("partSize(%d, %d) = %d, want %d", tc.n, tc.reading, got, tc.wantPart)
+			}
+			if parts := (tc.n + got - 1) / got; parts != tc.wantPartCount {
+				t.Fatalf("%d parts, want %d", parts, tc.wantPartCount)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ keys_of() {
 # mount_s3gdsfs LOGNAME [flags...]
 mount_s3gdsfs() {
   local log=$1; shift
-  "$BIN/s3gdsfs" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:9737 "$@" "$MP" > "$OUT/$log" 2>&1 &
+  "${S3GDSFS:-$BIN/s3gdsfs}" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:9737 "$@" "$MP" > "$OUT/$log" 2>&1 &
   DAEMON=$!
   for _ in $(seq 100); do mountpoint -q "$MP" && return 0; sleep 0.1; done
   cat "$OUT/$log"; return 1

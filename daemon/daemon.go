@@ -197,7 +197,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
 		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr,
-		"whole_object_streams", !cfg.Core.NoStream, "push_readers", cfg.FS.PushReaders, "fuse_poll", cfg.FS.PollRequests,
+		"whole_object_streams", !cfg.Core.NoStream, "fuse_poll", cfg.FS.PollRequests,
 		"splice", cfg.Core.Splice, "splice_ahead", cfg.Core.SpliceAhead)
 	if spliceWhyNot != "" && cfg.Splice != "never" {
 		cfg.Log.Info("replies not spliced", "why", spliceWhyNot)

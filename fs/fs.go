@@ -5,10 +5,8 @@ package fs
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,12 +32,6 @@ type Options struct {
 	// DirectIOMinSize is the smallest object DirectIOAuto reads with direct
 	// I/O (0: DefaultDirectIOMinSize).
 	DirectIOMinSize int64
-	// PushReaders is how many opens of objects of at least DirectIOMinSize
-	// may be served at once by pushing into the page cache (vfs.PageSink)
-	// instead of with direct I/O; 0: none. Not with
-	// DirectIOAlways. A pushed reader reads faster and costs more CPU
-	// (docs/architecture.md), so a machine has room for a few.
-	PushReaders int
 	// PollRequests is how long a thread that has just replied, or that no
 	// other thread polls beside, polls /dev/fuse for the next FUSE request
 	// before it sleeps; other threads poll a twentieth of it (0: they
@@ -90,46 +82,11 @@ func (o Options) directIO(size int64) bool {
 	case DirectIONever:
 		return false
 	}
-	return o.large(size)
-}
-
-// mayPush reports whether an open of an object of size bytes may be served
-// by pushing into the page cache, if a push slot is free (mount.admitPush).
-func (o Options) mayPush(size int64) bool {
-	return o.PushReaders > 0 && o.DirectIO != DirectIOAlways && o.large(size)
-}
-
-func (o Options) large(size int64) bool {
 	threshold := o.DirectIOMinSize
 	if threshold <= 0 {
 		threshold = DefaultDirectIOMinSize
 	}
 	return size >= threshold
-}
-
-// admitPush takes a push slot for a new open, if Options.PushReaders has
-// one free; releasePush gives it back. A slot is never taken from another
-// open, even one that has not read yet: that open's flags chose the page
-// cache, and without pushes it would read through the page cache with the
-// kernel's readahead and ranged GETs, slower than direct I/O (four readers
-// opened together, each taking the slot from the one before, read 4.9 GB/s
-// against 8.8 on 16 cores).
-func (m *mount) admitPush() bool {
-	for {
-		n := m.pushing.Load()
-		if n >= int64(m.opts.PushReaders) {
-			return false
-		}
-		if m.pushing.CompareAndSwap(n, n+1) {
-			m.m.PushReaders.Inc()
-			return true
-		}
-	}
-}
-
-func (m *mount) releasePush() {
-	m.pushing.Add(-1)
-	m.m.PushReaders.Dec()
 }
 
 // mount is state shared by every node of one mount.
@@ -140,8 +97,6 @@ type mount struct {
 	m       *metrics.Set
 	opts    Options
 	started time.Time
-	// pushing counts open files served by pushes into the page cache.
-	pushing atomic.Int64
 }
 
 // MaxRead is the largest read the kernel sends: 1 MiB, the most Linux allows.
@@ -284,18 +239,6 @@ type fileNode struct {
 	stats fileStats
 }
 
-// pageSink writes an open file's bytes into its inode's page cache. An
-// inode is one version of its object (vfs.Entry.Ino), so whatever is pushed
-// is that version's bytes, whoever reads them.
-type pageSink struct{ node *fileNode }
-
-func (s pageSink) Store(off int64, p []byte) error {
-	if e := s.node.WriteCache(off, p); e != 0 {
-		return fmt.Errorf("FUSE_NOTIFY_STORE at %d: %w", off, e)
-	}
-	return nil
-}
-
 var (
 	_ gofs.NodeOpener      = (*fileNode)(nil)
 	_ gofs.NodeGetattrer   = (*fileNode)(nil)
@@ -345,36 +288,18 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	// The inode is this version of the object (a new version is a new
 	// inode), so what the page cache holds for it stays right across opens.
 	fuseFlags := uint32(fuse.FOPEN_KEEP_CACHE)
-	// An O_DIRECT open reads around the page cache: pushes would be lost.
-	pushing := flags&syscall.O_DIRECT == 0 && f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush()
-	if pushing {
-		h.PushTo(pageSink{node: f})
-	} else if f.mount.opts.directIO(e.Version.Size) {
+	if f.mount.opts.directIO(e.Version.Size) {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
 		h.AllowSplice()
 	}
-	fh := &fileHandle{mount: f.mount, node: f, h: h}
-	fh.pushing.Store(pushing)
-	return fh, fuseFlags, 0
+	return &fileHandle{mount: f.mount, node: f, h: h}, fuseFlags, 0
 }
 
 // fileHandle is one open of a file.
 type fileHandle struct {
-	mount   *mount
-	node    *fileNode
-	h       *vfs.Handle
-	pushing atomic.Bool // holds a push slot (mount.admitPush)
-}
-
-// leavePush gives the handle's push slot back, if it holds one: at release,
-// and at its first GPU read, since a file read into GPU memory has no use
-// for pushes and the slot is for a POSIX reader (GPU loaders open files
-// only to issue ioctls on them, and would otherwise hold it for good).
-func (fh *fileHandle) leavePush() {
-	if fh.pushing.CompareAndSwap(true, false) {
-		fh.h.StopPush()
-		fh.mount.releasePush()
-	}
+	mount *mount
+	node  *fileNode
+	h     *vfs.Handle
 }
 
 var (
@@ -442,7 +367,6 @@ func (r blockResult) Size() int {
 func (r blockResult) Done() { r.release() }
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
-	fh.leavePush()
 	fh.h.Close()
 	fh.mount.owners.released(fh)
 	return 0

@@ -34,7 +34,6 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		m.core.Logger().Debug("GPU read refused", "err", err)
 		return 0, m.gpuFail(syscall.EINVAL)
 	}
-	fh.leavePush()
 	caller, ok := fuse.FromContext(ctx)
 	if !ok {
 		return 0, m.gpuFail(syscall.EINVAL)

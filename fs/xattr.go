@@ -86,10 +86,7 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			// Whether opens of this version bypass the page cache
 			// (the --direct-io policy).
 			"direct_io": f.mount.opts.directIO(e.Version.Size),
-			// Whether an open may instead be fed by pushes into the page
-			// cache, when a push slot is free (--push-readers).
-			"push_ahead": f.mount.opts.mayPush(e.Version.Size),
-			"counters":   f.stats.snapshot(),
+			"counters":  f.stats.snapshot(),
 		})
 		return putXattr(dest, b)
 	}

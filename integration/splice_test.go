@@ -28,7 +28,6 @@ func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*da
 	return mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.Splice = "always"
 		c.FS.DirectIO = s3fs.DirectIOAlways
-		c.FS.PushReaders = 0
 		if tune != nil {
 			tune(c)
 		}

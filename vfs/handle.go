@@ -31,9 +31,6 @@ type Handle struct {
 	stream *stream
 	// streamTried: a handle sends at most one whole-object GET.
 	streamTried bool
-	// push writes what is fetched ahead into the kernel's page cache
-	// (push.go); nil unless PushTo was called.
-	push *pusher
 	// reading: the handle has served a read (it counts in FS.readingHandles).
 	reading bool
 	// splice feeds a direct-I/O reader from a GET's socket (splice.go);
@@ -73,7 +70,6 @@ func (h *Handle) Close() {
 		h.f.readingHandles.Add(-1)
 	}
 	h.mu.Unlock()
-	h.StopPush()
 	h.f.m.OpenHandles.Dec()
 	f := h.f
 	f.readersMu.Lock()
@@ -153,12 +149,11 @@ func (h *Handle) ReadViews(ctx context.Context, off int64, n int) ([][]byte, fun
 	if sequential {
 		h.keepForTrailers(off, end, held)
 	}
-	if sequential && end%bs != 0 && end < size && (h.push == nil || !h.push.isPushed((end-1)/bs)) {
+	if sequential && end%bs != 0 && end < size {
 		// A sequential reader stopped inside this block (its buffer is not
 		// aligned, or its reads are not): the rest of the block is what it
 		// reads next, so keep it as fetched ahead even if the cache would
-		// drop it now that it has been read. Not if the rest is in the
-		// page cache already (pushed).
+		// drop it now that it has been read.
 		h.f.blocks.PutAhead(cache.BlockKey{Object: h.obj.id, Index: (end - 1) / bs}, held[len(held)-1])
 	}
 	h.f.m.PosixReadBytes.Add(float64(end - off))
@@ -184,9 +179,6 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 	var from, to int64
 	if sequential {
 		limit := h.f.maxWindow() // more files may be reading now
-		if h.push != nil {
-			limit = h.f.pushWindow()
-		}
 		h.window = min(h.window, limit)
 		if h.prefetchedTo-end < h.window/2 {
 			blocks := h.f.fetch.blockCount(h.obj)
@@ -233,14 +225,6 @@ func (h *Handle) plan(off, end int64) (sequential bool) {
 			h.mu.Unlock()
 		}
 	}
-	if h.push != nil {
-		h.push.drop(!sequential, off)
-		if sequential {
-			// Beyond the block this read ends in: the kernel has asked
-			// for the blocks up to there itself.
-			h.push.add(max(from, (end-1)/bs+1), reached)
-		}
-	}
 	return sequential
 }
 
@@ -256,19 +240,6 @@ func (f *FS) maxWindow() int64 {
 	share := f.cfg.MemoryLimit / 2 / max(f.readingHandles.Load(), 1)
 	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
 	return max(min(f.cfg.MaxWindow, share), f.cfg.InitialWindow)
-}
-
-// pushWindow is the largest window a pushing handle may grow to now: its
-// share of MaxWindow among the files reading, spliced ones too (at least two parts), within
-// maxWindow. A pushed reader alone reads fastest with the whole window; beside
-// others, its window of parallel ranged GETs and the pushes behind them take
-// the CPU the other readers' replies are copied with: on 16 cores four readers,
-// one of them pushed, read 9.3-9.6 GB/s together with its window at 128 MiB
-// and 11.1 at 32 (docs/benchmarks.md).
-func (f *FS) pushWindow() int64 {
-	share := f.cfg.MaxWindow / max(f.readingHandles.Load()+f.splicingHandles.Load(), 1)
-	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
-	return min(f.maxWindow(), max(share, 2*f.cfg.PartSize))
 }
 
 // fetchAhead starts downloads of blocks [from, to): claims for the stream

@@ -140,7 +140,6 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		// Close will find the feed set here.
 		h.mu.Lock()
 		h.splice = feed
-		h.f.splicingHandles.Add(1)
 	}
 	h.mu.Unlock()
 
@@ -474,7 +473,6 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	h.mu.Lock()
 	if h.splice == feed {
 		h.splice = nil
-		h.f.splicingHandles.Add(-1)
 	}
 	if (why == spliceError || why == spliceShared) && !h.reading {
 		h.nextOff, h.streak, h.streamTried = feed.readerAt(), true, true

@@ -68,11 +68,6 @@ type Config struct {
 	// shorter chain per request where a CPU is free for it, a longer one
 	// where the reader must wait for that CPU (splice.go).
 	SpliceAhead bool
-
-	// PushWorkers bounds the blocks written into the kernel's page cache
-	// at once, across handles (push.go); 0 means DefaultPushWorkers. Only
-	// handles given a PageSink push.
-	PushWorkers int
 }
 
 // Defaults chosen for training datasets: objects are written once and read
@@ -138,9 +133,6 @@ func (c *Config) applyDefaults() error {
 	if c.StreamIdle == 0 {
 		c.StreamIdle = DefaultStreamIdle
 	}
-	if c.PushWorkers == 0 {
-		c.PushWorkers = DefaultPushWorkers()
-	}
 	bs := int64(c.BlockSize)
 	switch {
 	case c.BlockSize < 4096:
@@ -157,8 +149,6 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
 	case c.StreamIdle < 0:
 		return fmt.Errorf("--stream-idle %s: not negative", c.StreamIdle)
-	case c.PushWorkers < 0:
-		return fmt.Errorf("--push-workers %d: at least 1", c.PushWorkers)
 	case c.Prefix != "" && c.Bucket == "":
 		return errors.New("--bucket: a prefix needs a bucket name before it")
 	}
@@ -222,11 +212,8 @@ type FS struct {
 	meta   *cache.MetaCache[Entry]
 	blocks *cache.Store
 	fetch  *fetcher
-	// pushSlots bounds page-cache pushes in progress (Config.PushWorkers).
-	pushSlots chan struct{}
 
-	readingHandles  atomic.Int64 // open handles that have read: each one's share of block memory
-	splicingHandles atomic.Int64 // open handles whose reads are spliced (they hold no block memory)
+	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
 
 	// readers are the open handles of each object version (by object id),
 	// so that blocks one reader has passed are kept for another behind it.
@@ -257,7 +244,6 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		readers: make(map[string][]*Handle),
 	}
 	f.fetch = newFetcher(f)
-	f.pushSlots = make(chan struct{}, cfg.PushWorkers)
 	m.MemoryLimit.Set(float64(cfg.MemoryLimit))
 	return f, nil
 }

@@ -334,7 +334,7 @@ func printCounters(d *daemon.Daemon) {
 		return
 	}
 	names := []string{"s3_requests_total", "s3_received_bytes_total", "posix_read_bytes_total", "posix_reads_total",
-		"read_streams_total", "read_stream_ends_total", "push_bytes_total", "splice_bytes_total", "splice_ends_total", "block_cache_hits_total", "block_cache_misses_total", "meta_cache_hits_total", "meta_cache_misses_total",
+		"read_streams_total", "read_stream_ends_total", "splice_bytes_total", "splice_ends_total", "block_cache_hits_total", "block_cache_misses_total", "meta_cache_hits_total", "meta_cache_misses_total",
 		"skipped_keys_total", "block_memory_bytes", "block_memory_limit_bytes",
 		"gpu_read_bytes_total", "gpu_reads_total", "gpu_declined_total", "gpu_declined_bytes_total"}
 	for _, n := range names {

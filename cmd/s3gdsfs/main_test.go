@@ -91,9 +91,6 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream=sometimes", mp}, "stream"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream-idle", "0s", mp}, "--stream-idle"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--stream-min-rate", "fast", mp}, "stream-min-rate"},
-		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--push-readers", "-1", mp}, "--push-readers"},
-		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--push-workers", "0", mp}, "--push-workers"},
-		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "push_readers=many", mp}, "push_readers"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "-1us", mp}, "--fuse-poll"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "1s", mp}, "--fuse-poll"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "fuse_poll=soon", mp}, "fuse_poll"},
@@ -324,20 +321,6 @@ func TestDemoRunsEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(r.stdout+r.stderr, demoSecret) {
 		t.Error("the demo printed its secret key")
-	}
-}
-
-// --push-readers defaults to none and takes fstab's spelling;
-// --push-workers reaches the core.
-func TestPushFlags(t *testing.T) {
-	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1"); cfg.FS.PushReaders != 0 || cfg.Core.PushWorkers != vfs.DefaultPushWorkers() {
-		t.Errorf("defaults: push readers %d, workers %d; want 0, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers, vfs.DefaultPushWorkers())
-	}
-	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "-o", "push_readers=3,push_workers=5"); cfg.FS.PushReaders != 3 || cfg.Core.PushWorkers != 5 {
-		t.Errorf("-o push_readers=3,push_workers=5: got %d, %d", cfg.FS.PushReaders, cfg.Core.PushWorkers)
-	}
-	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--push-readers", "1"); cfg.FS.PushReaders != 1 {
-		t.Errorf("--push-readers 1: got %d", cfg.FS.PushReaders)
 	}
 }
 

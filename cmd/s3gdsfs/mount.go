@@ -38,7 +38,6 @@ type mountFlags struct {
 	connectTimeout, readTimeout        time.Duration
 	retries                            int
 	stream, splice                     policyFlag
-	pushReaders, pushWorkers           int
 	fusePoll                           time.Duration
 	streamMinRate                      sizeFlag
 	streamIdle                         time.Duration
@@ -92,9 +91,7 @@ func newMountFlagSet(mf *mountFlags) *flag.FlagSet {
 	mf.streamMinRate = vfs.DefaultStreamMinRate
 	fs.Var(&mf.streamMinRate, "stream-min-rate", "bytes per second a whole-object stream must deliver while reading, or parallel ranged GETs take over (0: never)")
 	fs.DurationVar(&mf.streamIdle, "stream-idle", vfs.DefaultStreamIdle, "close a whole-object stream that had nothing to read this long")
-	fs.IntVar(&mf.pushReaders, "push-readers", defaultPushReaders, "how many opens of objects of at least --direct-io-min-size may be fed at once by writing what is fetched ahead into the kernel page cache (faster for the reader, more CPU), instead of direct I/O; 0: none")
 	fs.DurationVar(&mf.fusePoll, "fuse-poll", defaultFusePoll(), "how long a daemon thread that has just replied polls /dev/fuse for the next FUSE request before it sleeps (threads that have not, while another polls, a twentieth of it); a request it catches skips a thread wake-up; a polling mount also fills a spliced reader's next reply ahead (0: sleep at once, no filling ahead; default 1ms with 8 CPUs or more, else 0)")
-	fs.IntVar(&mf.pushWorkers, "push-workers", vfs.DefaultPushWorkers(), "blocks written into the page cache at once, across files (--push-readers)")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics; 'off' disables it")
 	fs.StringVar(&mf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&mf.logFile, "log-file", "", "log to this file instead of stderr")
@@ -236,12 +233,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if mf.retries < 0 {
 		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
 	}
-	if mf.pushWorkers < 1 {
-		return daemon.Config{}, usagef("--push-workers %d: at least 1", mf.pushWorkers)
-	}
-	if mf.pushReaders < 0 {
-		return daemon.Config{}, usagef("--push-readers %d: 0 or more", mf.pushReaders)
-	}
 	if mf.fusePoll < 0 || mf.fusePoll > maxFusePoll {
 		return daemon.Config{}, usagef("--fuse-poll %s: from 0 to %s", mf.fusePoll, maxFusePoll)
 	}
@@ -308,7 +299,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			NoStream:      !mf.stream.on(mf.endpoint),
 			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
 			StreamIdle:    mf.streamIdle,
-			PushWorkers:   mf.pushWorkers,
 		},
 		FS: s3fs.Options{
 			UID: uint32(mf.uid), GID: uint32(mf.gid),
@@ -318,7 +308,6 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Debug:           mf.debugFUSE,
 			DirectIO:        s3fs.DirectIO(mf.directIO),
 			DirectIOMinSize: int64(mf.directIOMinSize),
-			PushReaders:     mf.pushReaders,
 			PollRequests:    mf.fusePoll,
 		},
 		GPU: daemon.GPUConfig{
@@ -376,15 +365,6 @@ func defaultFusePoll() time.Duration {
 }
 
 const maxFusePoll = 10 * time.Millisecond
-
-// defaultPushReaders is none. A pushed reader costs about 2 CPU seconds
-// per GB across the reader, the daemon and a local server (one copy more
-// than direct I/O, and ranged GETs); with --fuse-poll a spliced direct-I/O
-// reader reads nearly as fast for a quarter of that (on 16 cores 3.05-3.72 GB/s
-// at 0.56 s/GB, pushed 3.57-3.88 at 2.13-2.30), and four readers beside a
-// pushed one lose the CPU it takes (11.7 GB/s together without a pushed
-// reader, 8.7-9.1 with one; docs/benchmarks.md).
-const defaultPushReaders = 0
 
 // zeroMeansNone maps a flag's 0 ("none": no retries, no cache, never
 // judged slow) onto the core's negative value, since the core reads 0 as

@@ -10,8 +10,8 @@ SECS=${SECS:-5}
 PROCS=${PROCS:-1,2,4,8}
 SIZE=${SIZE:-$((64 << 20))}
 mkdir -p "$OUT/raw"
-# BINDIR: prebuilt s3gdsfs and s3load (scripts/gpu/run_posix_scaling.sh on a
-# machine without Go); otherwise they are built into bin/.
+# BINDIR: prebuilt s3gdsfs and s3load (from `make gpu-bundle`, on a machine
+# without Go); otherwise they are built into bin/.
 if [ -z "${BINDIR:-}" ]; then
   go build -o bin/s3gdsfs ./cmd/s3gdsfs
   go build -o bin/s3load ./bench/s3load

@@ -120,17 +120,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	var spliceWhyNot string
-	if cfg.Core.Splice, spliceWhyNot, err = resolveSplice(cfg); err != nil {
-		return nil, err
-	}
-	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
-	// below 8 CPUs by default), and splicing the next reply beside this
-	// one needs a CPU beside the reader's: on 2 cores it gained nothing
-	// and filling ahead made a single reader 9-29% slower, on 16 it took
-	// the splice out of each request's chain (docs/benchmarks.md).
-	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
-	d := &Daemon{cfg: cfg}
+	d := &Daemon{}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
@@ -140,6 +130,17 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.WrapStore != nil {
 		store = cfg.WrapStore(store)
 	}
+	var spliceWhyNot string
+	if cfg.Core.Splice, spliceWhyNot, err = resolveSplice(cfg, store); err != nil {
+		return nil, err
+	}
+	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
+	// below 8 CPUs by default), and splicing the next reply beside this
+	// one needs a CPU beside the reader's: on 2 cores it gained nothing
+	// and filling ahead made a single reader 9-29% slower, on 16 it took
+	// the splice out of each request's chain (docs/benchmarks.md).
+	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
+	d.cfg = cfg
 	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)
 	if err != nil {
 		return nil, err
@@ -205,9 +206,9 @@ func Start(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// resolveSplice decides --splice: whether, and if not why not. "always"
-// where splicing cannot work is an error naming the flag.
-func resolveSplice(cfg Config) (on bool, whyNot string, err error) {
+// resolveSplice decides --splice for a mount of store: whether, and if not
+// why not. "always" where splicing cannot work is an error naming the flag.
+func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, err error) {
 	mode := cfg.Splice
 	switch mode {
 	case "", "auto", "always":
@@ -216,13 +217,15 @@ func resolveSplice(cfg Config) (on bool, whyNot string, err error) {
 	default:
 		return false, "", fmt.Errorf("--splice %q: want auto, always or never", mode)
 	}
+	_, raw := store.(objstore.RawGetter)
 	switch {
 	case cfg.Core.NoStream:
 		whyNot = "whole-object streams are off (--stream)"
 	case !strings.HasPrefix(cfg.S3.Endpoint, "http://"):
 		whyNot = "the endpoint is not plain http (TLS bytes must be decrypted by the daemon)"
-	case cfg.WrapStore != nil:
-		whyNot = "the store is wrapped (a test's fault injection)"
+	case !raw:
+		// A decorator (WrapStore) that hands no GET over as its socket.
+		whyNot = fmt.Sprintf("the store (%T) cannot hand over GET bodies as sockets", store)
 	default:
 		if err := s3fs.SpliceUsable(); err != nil {
 			whyNot = err.Error()

@@ -440,7 +440,11 @@ func (h *Handle) openSplice() *spliceFeed {
 	if err != nil {
 		return refuse(err)
 	}
-	body, err := g.GetRaw(context.Background(), h.obj.bucket, h.obj.key, 0, h.obj.version.Size, h.obj.version)
+	// The reply's headers come within the read timeout, as a ranged GET's
+	// must; the body's waits have the store's own bound.
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReadTimeout)
+	defer cancel()
+	body, err := g.GetRaw(ctx, h.obj.bucket, h.obj.key, 0, h.obj.version.Size, h.obj.version)
 	if err != nil {
 		unix.Close(pr)
 		unix.Close(pw)

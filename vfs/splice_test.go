@@ -457,3 +457,67 @@ func splicedObject(t *testing.T, size int, seed uint64, cfg Config) ([]byte, *FS
 	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, cfg)
 	return data, f, openSpliced(t, f, "obj")
 }
+
+// A store wrapped in the fault injector still splices (it passes raw GETs
+// through), and its faults reach the spliced GET: one that breaks in its
+// body ends the feed as an error where it broke and ordinary reads serve
+// the rest, one refused before its reply leaves the read to ordinary
+// reads from the start; every byte right either way.
+func TestFaultyStoreSplicesAndItsFaultsReachTheSplicedGET(t *testing.T) {
+	const size = 5<<20 + 123
+	ms := newMemStore()
+	data := randomBytes(size, 49)
+	ms.put("b", "obj", data, "e1")
+	for _, tc := range []struct {
+		kind objstore.FaultKind
+		end  string
+	}{{objstore.FaultNone, spliceDone}, {objstore.FaultEarlyEOF, spliceError}, {objstore.FaultError, spliceRefused}} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			faulty := objstore.NewFaulty(rawMemStore{memStore: ms, t: t}, objstore.FaultConfig{Seed: 3,
+				Script: []objstore.FaultKind{tc.kind}})
+			f := newTestFS(t, faulty, Config{Splice: true})
+			h := openSpliced(t, f, "obj")
+			buf := make([]byte, 1<<20)
+			var got []byte
+			spliced := 0
+			for off := int64(0); off < size; {
+				n := int(min(int64(len(buf)), size-off))
+				if r, ok := h.SpliceRead(off, n); ok {
+					var b []byte
+					if r.Data != nil {
+						b = r.Data
+					} else {
+						b = takeFromPipe(t, r.FD, r.N)
+						r.Done()
+					}
+					spliced++
+					got = append(got, b...)
+					off += int64(len(b))
+					continue
+				}
+				k, err := h.ReadAt(context.Background(), buf[:n], off)
+				if err != nil || k != n {
+					t.Fatalf("ordinary read at %d: %d bytes, %v", off, k, err)
+				}
+				got = append(got, buf[:k]...)
+				off += int64(k)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("bytes differ from the object")
+			}
+			if (tc.kind == objstore.FaultNone) != (spliced == (size+len(buf)-1)/len(buf)) {
+				t.Errorf("%d of the reads spliced", spliced)
+			}
+			snap, err := f.m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ends, want := fmt.Sprint(snap["splice_ends_total"]), "map["+tc.end+":1]"; ends != want {
+				t.Errorf("splice ends %s, want %s", ends, want)
+			}
+			if n := faulty.Injected(); (n == 1) != (tc.kind != objstore.FaultNone) {
+				t.Errorf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+			}
+		})
+	}
+}

@@ -3,19 +3,21 @@ package cache
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
 // ErrNoMemory is returned by NewBlock without wait when the memory budget is
-// held by blocks in use.
-var ErrNoMemory = errors.New("cache: block memory budget exhausted")
+// held by blocks in use; a read that meets it fails with ENOMEM.
+var ErrNoMemory = errno.New(syscall.ENOMEM, "cache: block memory budget exhausted")
 
 // StoreConfig sizes a Store.
 type StoreConfig struct {

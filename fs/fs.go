@@ -372,34 +372,6 @@ func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.ENOENT:
-		return "ENOENT"
-	case syscall.EACCES:
-		return "EACCES"
-	case syscall.ESTALE:
-		return "ESTALE"
-	case syscall.EINTR:
-		return "EINTR"
-	case syscall.ENOMEM:
-		return "ENOMEM"
-	case syscall.EINVAL:
-		return "EINVAL"
-	case syscall.ENODEV:
-		return "ENODEV"
-	case syscall.EBADF:
-		return "EBADF"
-	case syscall.ERANGE:
-		return "ERANGE"
-	case syscall.EOPNOTSUPP:
-		return "EOPNOTSUPP"
-	case syscall.ECANCELED:
-		return "ECANCELED"
-	}
-	return "EIO"
-}
-
 // dirStream feeds the kernel one listing page at a time.
 type dirStream struct {
 	r    *vfs.DirReader

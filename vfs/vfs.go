@@ -14,9 +14,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cache"
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -349,8 +351,8 @@ func (f *FS) resolve(ctx context.Context, child Entry) (Entry, error) {
 	return Entry{}, st.err
 }
 
-// ErrNotDir is returned for directory operations on a file.
-var ErrNotDir = errors.New("not a directory")
+// ErrNotDir is returned for directory operations on a file (ENOTDIR).
+var ErrNotDir = errno.New(syscall.ENOTDIR, "not a directory")
 
 // maxRememberedSkips bounds the memory spent remembering logged keys; past
 // it, skips are still counted but no longer logged.

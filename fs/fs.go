@@ -92,8 +92,8 @@ func (o Options) directIO(size int64) bool {
 // mount is state shared by every node of one mount.
 type mount struct {
 	core    *vfs.FS
-	gpu     *rdmaread.Engine // nil when GPU reads are off
-	owners  *owners
+	gpu     *rdmaread.Engine  // nil when GPU reads are off
+	callers *rdmaread.Callers // the processes reading into GPU memory; nil without GPU reads
 	m       *metrics.Set
 	opts    Options
 	started time.Time
@@ -116,8 +116,8 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 	}
 	mt := &mount{core: core, gpu: gpu, m: m, opts: opts, started: time.Now()}
 	if gpu != nil {
-		mt.owners = newOwners(gpu)
-		go mt.owners.reap(ctx, 2*time.Second)
+		mt.callers = rdmaread.NewCallers(gpu)
+		go mt.callers.Reap(ctx, 2*time.Second)
 	}
 	cfg := core.Config()
 	entryTTL, negTTL := cfg.MetaTTL, cfg.NegativeTTL
@@ -368,7 +368,7 @@ func (r blockResult) Done() { r.release() }
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fh.h.Close()
-	fh.mount.owners.released(fh)
+	fh.mount.callers.Released(fh)
 	return 0
 }
 

@@ -514,13 +514,10 @@ func newReplyPipe() (pr, pw int, err error) {
 	return p[0], p[1], nil
 }
 
-// PipeMaxSize is the sysctl that bounds the pipes of a process without
-// CAP_SYS_RESOURCE (1 MiB by default), and WantPipeMaxSize what the
-// command raises it to: twice what a reply needs.
-const (
-	PipeMaxSize     = "/proc/sys/fs/pipe-max-size"
-	WantPipeMaxSize = 2 * ReplyPipeSize
-)
+// WantPipeMaxSize is what fs.pipe-max-size, the sysctl that bounds the
+// pipes of a process without CAP_SYS_RESOURCE (1 MiB by default), should be
+// for splicing: twice what a reply needs (daemon.RaisePipeLimit).
+const WantPipeMaxSize = 2 * ReplyPipeSize
 
 // SpliceUsable says whether the kernel lets this process make the pipes
 // splicing needs: one of ReplyPipeSize, above the default fs.pipe-max-size

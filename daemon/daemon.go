@@ -140,6 +140,9 @@ func Start(cfg Config) (*Daemon, error) {
 	// and filling ahead made a single reader 9-29% slower, on 16 it took
 	// the splice out of each request's chain (docs/benchmarks.md).
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
+	// Which opens bypass the page cache is the core's choice at each open;
+	// the policy comes with the mount's options.
+	cfg.Core.DirectIO, cfg.Core.DirectIOMinSize = cfg.FS.DirectIO, cfg.FS.DirectIOMinSize
 	d.cfg = cfg
 	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)
 	if err != nil {

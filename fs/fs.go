@@ -1,6 +1,8 @@
-// Package fs adapts the vfs core to go-fuse. It stays thin: attributes,
-// handles, errno mapping and kernel-cache hints; every decision about S3
-// lives in vfs.
+// Package fs adapts the vfs core to go-fuse. It stays thin: it translates
+// each FUSE request into a call on the core (or, for the read ioctl, on the
+// GPU engine), and its answer into FUSE's, errors through the one errno
+// mapping (errno.go); attributes and extended attributes are presentation.
+// How a file is read, and every decision about S3, lives in vfs.
 package fs
 
 import (
@@ -26,11 +28,10 @@ type Options struct {
 	AllowOther bool   // let users other than the mounting one in (docs/operations.md)
 	FsName     string // shown in /proc/mounts
 	Debug      bool   // log every FUSE request
-	// DirectIO says which opens bypass the kernel's page cache; the zero
-	// value is DirectIOAuto with DefaultDirectIOMinSize.
-	DirectIO DirectIO
-	// DirectIOMinSize is the smallest object DirectIOAuto reads with direct
-	// I/O (0: DefaultDirectIOMinSize).
+	// DirectIO and DirectIOMinSize are --direct-io and
+	// --direct-io-min-size, which the core applies at each open
+	// (vfs.Config.DirectIO); daemon.Start hands them to it.
+	DirectIO        DirectIO
 	DirectIOMinSize int64
 	// PollRequests is how long a thread that has just replied, or that no
 	// other thread polls beside, polls /dev/fuse for the next FUSE request
@@ -42,52 +43,12 @@ type Options struct {
 	PollRequests time.Duration
 }
 
-// DirectIO is the page-cache policy of a mount. A read through the page
-// cache costs one more copy of every byte (the daemon's reply lands in cache
-// pages, then the reader copies it out) and in exchange keeps the data for
-// later opens; direct I/O copies the reply straight into the reader's buffer.
-type DirectIO int
+// DirectIO and DefaultDirectIOMinSize are the core's page-cache policy
+// (vfs.DirectIO), named here for the mount's options.
+type DirectIO = vfs.DirectIO
 
-const (
-	// DirectIOAuto reads objects of at least DirectIOMinSize with direct
-	// I/O (large shards, read once per epoch, where the copy is what
-	// costs) and smaller ones through the page cache (where repeated
-	// epochs are then free).
-	DirectIOAuto DirectIO = iota
-	// DirectIOAlways bypasses the page cache for every object.
-	DirectIOAlways
-	// DirectIONever reads every object through the page cache.
-	DirectIONever
-)
-
-func (d DirectIO) String() string {
-	switch d {
-	case DirectIOAlways:
-		return "always"
-	case DirectIONever:
-		return "never"
-	}
-	return "auto"
-}
-
-// DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
-const DefaultDirectIOMinSize = 64 << 20
-
-// directIO reports whether an open of an object of size bytes bypasses the
-// page cache.
-func (o Options) directIO(size int64) bool {
-	switch o.DirectIO {
-	case DirectIOAlways:
-		return true
-	case DirectIONever:
-		return false
-	}
-	threshold := o.DirectIOMinSize
-	if threshold <= 0 {
-		threshold = DefaultDirectIOMinSize
-	}
-	return size >= threshold
-}
+// DefaultDirectIOMinSize is the core's (vfs.DefaultDirectIOMinSize).
+const DefaultDirectIOMinSize = vfs.DefaultDirectIOMinSize
 
 // mount is state shared by every node of one mount.
 type mount struct {
@@ -285,12 +246,13 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	// The inode is this version of the object (a new version is a new
-	// inode), so what the page cache holds for it stays right across opens.
+	// The core chose the open's reads; direct I/O is the kernel's to know.
+	// Otherwise the inode is this version of the object (a new version is
+	// a new inode), so what the page cache holds for it stays right across
+	// opens.
 	fuseFlags := uint32(fuse.FOPEN_KEEP_CACHE)
-	if f.mount.opts.directIO(e.Version.Size) {
+	if h.DirectIO() {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
-		h.AllowSplice()
 	}
 	return &fileHandle{mount: f.mount, node: f, h: h}, fuseFlags, 0
 }
@@ -309,19 +271,7 @@ var (
 
 func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
-	if r, ok := fh.h.SpliceRead(off, len(dest)); ok {
-		fh.mount.m.PosixReads.Inc()
-		fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
-		stats := &fh.node.stats
-		if r.Data != nil {
-			stats.posix(len(r.Data))
-			return fuse.ReadResultData(r.Data), 0
-		}
-		return pipeResult{fd: r.FD, n: r.N, m: fh.mount.m, done: func() { stats.spliced(r.Done()) }}, 0
-	}
-	// The reply is written straight from the cached blocks (one writev),
-	// never copied into dest first.
-	views, release, err := fh.h.ReadViews(ctx, off, len(dest))
+	r, err := fh.h.Read(ctx, off, len(dest))
 	fh.mount.m.PosixReads.Inc()
 	fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -329,9 +279,20 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
 		return nil, en
 	}
-	r := blockResult{views: views, release: release}
-	fh.node.stats.posix(r.Size())
-	return r, 0
+	stats := &fh.node.stats
+	switch {
+	case r.Pipe != nil:
+		// go-fuse splices the pipe's bytes on behind the header.
+		p := r.Pipe
+		return pipeResult{fd: p.FD, n: p.N, m: fh.mount.m, done: func() { stats.spliced(p.Done()) }}, 0
+	case r.Data != nil:
+		stats.posix(len(r.Data))
+		return fuse.ReadResultData(r.Data), 0
+	}
+	// The reply is written straight from the cached blocks (one writev),
+	// never copied into dest first.
+	stats.posix(r.Size())
+	return blockResult{views: r.Views, release: r.Release}, 0
 }
 
 // blockResult hands the kernel cached blocks' bytes and gives the blocks

@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // mountOf mounts bucket of srv in a temporary directory for the test.
@@ -483,7 +483,7 @@ func TestPageCacheNeverMixesVersions(t *testing.T) {
 	srv.PutRandomObject(t, "data", "x.bin", size, 51)
 	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.FS.DirectIOMinSize = 4 << 20
-		c.FS.DirectIO = s3fs.DirectIONever
+		c.FS.DirectIO = vfs.DirectIONever
 		c.Core.MetaTTL = time.Second
 	})
 	path := filepath.Join(mp, "x.bin")

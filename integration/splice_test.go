@@ -19,6 +19,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // spliceMount mounts bucket with replies spliced from the socket for
@@ -28,7 +29,7 @@ func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*da
 	requireSplice(t)
 	return mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.Splice = "always"
-		c.FS.DirectIO = s3fs.DirectIOAlways
+		c.FS.DirectIO = vfs.DirectIOAlways
 		if tune != nil {
 			tune(c)
 		}

@@ -1,7 +1,10 @@
 // Package vfs is the filesystem's core, independent of FUSE: it maps buckets
-// and keys to directories and files, caches what it learns, and serves reads
-// through per-handle prefetchers and a shared block cache. The fs package
-// adapts it to go-fuse; tests and other front ends can drive it directly.
+// and keys to directories and files, caches what it learns, and serves each
+// open file (Handle) through the readers its open chose, asked in order: a
+// spliced GET for a direct-I/O reader (splice.go), then the shared blocks
+// (blocks.go), fed ahead by a whole-object stream (stream.go) and ranged
+// GETs (fetch.go). The fs package adapts it to go-fuse; tests and other
+// front ends can drive it directly.
 package vfs
 
 import (
@@ -59,6 +62,12 @@ type Config struct {
 	StreamMinRate int64
 	// StreamIdle closes a stream that has had nothing to read for this long.
 	StreamIdle time.Duration
+	// DirectIO (--direct-io) says which opens bypass the kernel's page
+	// cache; the zero value is DirectIOAuto with DirectIOMinSize.
+	DirectIO DirectIO
+	// DirectIOMinSize (--direct-io-min-size) is the smallest object
+	// DirectIOAuto reads with direct I/O (0: DefaultDirectIOMinSize).
+	DirectIOMinSize int64
 	// Splice (--splice) feeds direct-I/O readers that start at the
 	// beginning of an object from a GET's socket with splice(2), the bytes
 	// never copied through the daemon (splice.go). Needs a store that is a
@@ -96,6 +105,37 @@ const (
 	DefaultStreamIdle    = 5 * time.Second
 )
 
+// DirectIO is the page-cache policy of a mount. A read through the page
+// cache costs one more copy of every byte (the daemon's reply lands in cache
+// pages, then the reader copies it out) and in exchange keeps the data for
+// later opens; direct I/O copies the reply straight into the reader's buffer.
+type DirectIO int
+
+const (
+	// DirectIOAuto reads objects of at least DirectIOMinSize with direct
+	// I/O (large shards, read once per epoch, where the copy is what
+	// costs) and smaller ones through the page cache (where repeated
+	// epochs are then free).
+	DirectIOAuto DirectIO = iota
+	// DirectIOAlways bypasses the page cache for every object.
+	DirectIOAlways
+	// DirectIONever reads every object through the page cache.
+	DirectIONever
+)
+
+func (d DirectIO) String() string {
+	switch d {
+	case DirectIOAlways:
+		return "always"
+	case DirectIONever:
+		return "never"
+	}
+	return "auto"
+}
+
+// DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
+const DefaultDirectIOMinSize = 64 << 20
+
 func (c *Config) applyDefaults() error {
 	def := func(v *int64, d int64) {
 		if *v == 0 {
@@ -132,6 +172,9 @@ func (c *Config) applyDefaults() error {
 		c.Retries = 0
 	}
 	def(&c.StreamMinRate, DefaultStreamMinRate)
+	if c.DirectIOMinSize <= 0 {
+		c.DirectIOMinSize = DefaultDirectIOMinSize
+	}
 	if c.StreamIdle == 0 {
 		c.StreamIdle = DefaultStreamIdle
 	}
@@ -258,6 +301,18 @@ func (f *FS) Blocks() *cache.Store { return f.blocks }
 
 // Config returns the effective configuration, defaults applied.
 func (f *FS) Config() Config { return f.cfg }
+
+// DirectIO reports whether an open of an object of size bytes bypasses the
+// page cache (Config.DirectIO).
+func (f *FS) DirectIO(size int64) bool {
+	switch f.cfg.DirectIO {
+	case DirectIOAlways:
+		return true
+	case DirectIONever:
+		return false
+	}
+	return size >= f.cfg.DirectIOMinSize
+}
 
 // Check proves the configured bucket (or the bucket listing) is reachable
 // with the credentials, so a bad mount fails at start with a clear message.

@@ -33,7 +33,7 @@ import (
 // Config is everything a mount needs.
 type Config struct {
 	Mountpoint string
-	S3         objstore.Config
+	S3         S3Config
 	Core       vfs.Config
 	FS         s3fs.Options
 	// Splice is --splice: "auto" (or "") splices whole-object streams to
@@ -54,6 +54,19 @@ type Config struct {
 	WrapStore func(objstore.Store) objstore.Store
 	Log       *slog.Logger
 }
+
+// S3Config is how the daemon reaches the store: endpoint, region,
+// credentials, timeouts (the S3 client's settings).
+type S3Config = objstore.Config
+
+// StagingConfig sizes each device's pinned staging ring for GPU reads
+// (GPUConfig.Engine.Staging).
+type StagingConfig = cufile.StagerConfig
+
+// NearEndpoint reports whether every address of the endpoint is on this
+// host or a private network, where whole-object streams serve readers
+// (--stream=auto).
+func NearEndpoint(endpoint string) bool { return objstore.NearEndpoint(endpoint) }
 
 // GPUConfig selects the CUDA layer behind GPU reads.
 type GPUConfig struct {
@@ -246,6 +259,15 @@ func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, er
 // LoopbackFabric is the loopback fabric, when --rdma=loopback (tests switch
 // its modes to drive every decline).
 func (d *Daemon) LoopbackFabric() *loopback.Fabric { return d.loop }
+
+// DeclineNextRDMA has the loopback fabric, when --rdma=loopback, decline
+// the next n RDMA GETs with a 501 (the demo shows a decline and its HTTP
+// fallback).
+func (d *Daemon) DeclineNextRDMA(n int) {
+	if d.loop != nil {
+		d.loop.SetModeFor(loopback.Decline501, n)
+	}
+}
 
 // MetricsAddr is the address /metrics listens on ("" when off).
 func (d *Daemon) MetricsAddr() string { return d.addr }

@@ -57,11 +57,8 @@ gpu-bundle:
 	mkdir -p $(GPU_BUNDLE)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3load ./bench/s3load
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/pushexp ./bench/pushexp
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/spliceexp ./bench/spliceexp
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/loopexp ./bench/loopexp
 	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
-	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load pushexp spliceexp loopexp versitygw; do xz -6 -T0 -f $$f; done
+	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw; do xz -6 -T0 -f $$f; done
 	@ls -la $(GPU_BUNDLE)
 
 # posix-bundle: the POSIX benchmark for a machine with more cores and no Go

@@ -22,7 +22,6 @@ var daemonCounters = []struct{ key, label string }{
 	{"splice_small_buffer_bytes_total", "copied GB"},
 	{"splice_socket_waits_total", "socket waits"},
 	{"splice_ahead_bytes_total", "spliced ahead GB"},
-	{"push_bytes_total", "pushed GB"},
 	// Not listed as they are: daemonLines gives the mean reply time.
 	{"fuse_read_replies_total", ""},
 	{"fuse_read_reply_seconds_total", ""},

@@ -3,19 +3,21 @@ package cache
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
 // ErrNoMemory is returned by NewBlock without wait when the memory budget is
-// held by blocks in use.
-var ErrNoMemory = errors.New("cache: block memory budget exhausted")
+// held by blocks in use; a read that meets it fails with ENOMEM.
+var ErrNoMemory = errno.New(syscall.ENOMEM, "cache: block memory budget exhausted")
 
 // StoreConfig sizes a Store.
 type StoreConfig struct {
@@ -146,28 +148,17 @@ func (s *Store) NewBlock(ctx context.Context, wait bool) (*Block, error) {
 
 // Get returns the cached block with one reference for the caller, or nil.
 // Counts a hit or a miss.
-func (s *Store) Get(key BlockKey) *Block { return s.get(key, true) }
-
-// Acquire is Get for the daemon's own use of a block (writing it into the
-// kernel's page cache for its reader): it counts neither hit nor miss. A
-// block fetched ahead becomes ordinary cache, as after a reader's Get.
-func (s *Store) Acquire(key BlockKey) *Block { return s.get(key, false) }
-
-func (s *Store) get(key BlockKey, count bool) *Block {
+func (s *Store) Get(key BlockKey) *Block {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.lru.Get(key)
 	if !ok {
 		if b, ok = s.ahead.Peek(key); !ok {
-			if count {
-				s.misses++
-			}
+			s.misses++
 			return nil
 		}
 	}
-	if count {
-		s.hits++
-	}
+	s.hits++
 	// Under s.mu, so eviction cannot drop the cache's reference first.
 	b.Retain()
 	if b.ahead {
@@ -278,19 +269,6 @@ func (s *Store) cache(key BlockKey, b *Block) {
 	s.lru.Add(key, b)
 	for s.cachedBytes() > s.cacheLimit {
 		s.evictOldest()
-	}
-}
-
-// Drop takes b out of the cache if it is cached under key, so that its
-// memory is reused as soon as the last reference goes: for a block whose
-// bytes now live elsewhere (pushed into the kernel's page cache, where
-// every reader of that version finds them), which would otherwise push
-// other files' blocks out of the cache.
-func (s *Store) Drop(key BlockKey, b *Block) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b.cached && b.cachedAs == key {
-		s.uncache(key, b)
 	}
 }
 

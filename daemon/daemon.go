@@ -33,7 +33,7 @@ import (
 // Config is everything a mount needs.
 type Config struct {
 	Mountpoint string
-	S3         objstore.Config
+	S3         S3Config
 	Core       vfs.Config
 	FS         s3fs.Options
 	// Splice is --splice: "auto" (or "") splices whole-object streams to
@@ -54,6 +54,19 @@ type Config struct {
 	WrapStore func(objstore.Store) objstore.Store
 	Log       *slog.Logger
 }
+
+// S3Config is how the daemon reaches the store: endpoint, region,
+// credentials, timeouts (the S3 client's settings).
+type S3Config = objstore.Config
+
+// StagingConfig sizes each device's pinned staging ring for GPU reads
+// (GPUConfig.Engine.Staging).
+type StagingConfig = cufile.StagerConfig
+
+// NearEndpoint reports whether every address of the endpoint is on this
+// host or a private network, where whole-object streams serve readers
+// (--stream=auto).
+func NearEndpoint(endpoint string) bool { return objstore.NearEndpoint(endpoint) }
 
 // GPUConfig selects the CUDA layer behind GPU reads.
 type GPUConfig struct {
@@ -120,17 +133,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	var spliceWhyNot string
-	if cfg.Core.Splice, spliceWhyNot, err = resolveSplice(cfg); err != nil {
-		return nil, err
-	}
-	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
-	// below 8 CPUs by default), and splicing the next reply beside this
-	// one needs a CPU beside the reader's: on 2 cores it gained nothing
-	// and filling ahead made a single reader 9-29% slower, on 16 it took
-	// the splice out of each request's chain (docs/benchmarks.md).
-	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
-	d := &Daemon{cfg: cfg}
+	d := &Daemon{}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
@@ -140,6 +143,20 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.WrapStore != nil {
 		store = cfg.WrapStore(store)
 	}
+	var spliceWhyNot string
+	if cfg.Core.Splice, spliceWhyNot, err = resolveSplice(cfg, store); err != nil {
+		return nil, err
+	}
+	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
+	// below 8 CPUs by default), and splicing the next reply beside this
+	// one needs a CPU beside the reader's: on 2 cores it gained nothing
+	// and filling ahead made a single reader 9-29% slower, on 16 it took
+	// the splice out of each request's chain (docs/benchmarks.md).
+	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
+	// Which opens bypass the page cache is the core's choice at each open;
+	// the policy comes with the mount's options.
+	cfg.Core.DirectIO, cfg.Core.DirectIOMinSize = cfg.FS.DirectIO, cfg.FS.DirectIOMinSize
+	d.cfg = cfg
 	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)
 	if err != nil {
 		return nil, err
@@ -197,7 +214,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
 		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr,
-		"whole_object_streams", !cfg.Core.NoStream, "push_readers", cfg.FS.PushReaders, "fuse_poll", cfg.FS.PollRequests,
+		"whole_object_streams", !cfg.Core.NoStream, "fuse_poll", cfg.FS.PollRequests,
 		"splice", cfg.Core.Splice, "splice_ahead", cfg.Core.SpliceAhead)
 	if spliceWhyNot != "" && cfg.Splice != "never" {
 		cfg.Log.Info("replies not spliced", "why", spliceWhyNot)
@@ -205,9 +222,9 @@ func Start(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// resolveSplice decides --splice: whether, and if not why not. "always"
-// where splicing cannot work is an error naming the flag.
-func resolveSplice(cfg Config) (on bool, whyNot string, err error) {
+// resolveSplice decides --splice for a mount of store: whether, and if not
+// why not. "always" where splicing cannot work is an error naming the flag.
+func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, err error) {
 	mode := cfg.Splice
 	switch mode {
 	case "", "auto", "always":
@@ -216,13 +233,15 @@ func resolveSplice(cfg Config) (on bool, whyNot string, err error) {
 	default:
 		return false, "", fmt.Errorf("--splice %q: want auto, always or never", mode)
 	}
+	_, raw := store.(objstore.RawGetter)
 	switch {
 	case cfg.Core.NoStream:
 		whyNot = "whole-object streams are off (--stream)"
 	case !strings.HasPrefix(cfg.S3.Endpoint, "http://"):
 		whyNot = "the endpoint is not plain http (TLS bytes must be decrypted by the daemon)"
-	case cfg.WrapStore != nil:
-		whyNot = "the store is wrapped (a test's fault injection)"
+	case !raw:
+		// A decorator (WrapStore) that hands no GET over as its socket.
+		whyNot = fmt.Sprintf("the store (%T) cannot hand over GET bodies as sockets", store)
 	default:
 		if err := s3fs.SpliceUsable(); err != nil {
 			whyNot = err.Error()
@@ -240,6 +259,15 @@ func resolveSplice(cfg Config) (on bool, whyNot string, err error) {
 // LoopbackFabric is the loopback fabric, when --rdma=loopback (tests switch
 // its modes to drive every decline).
 func (d *Daemon) LoopbackFabric() *loopback.Fabric { return d.loop }
+
+// DeclineNextRDMA has the loopback fabric, when --rdma=loopback, decline
+// the next n RDMA GETs with a 501 (the demo shows a decline and its HTTP
+// fallback).
+func (d *Daemon) DeclineNextRDMA(n int) {
+	if d.loop != nil {
+		d.loop.SetModeFor(loopback.Decline501, n)
+	}
+}
 
 // MetricsAddr is the address /metrics listens on ("" when off).
 func (d *Daemon) MetricsAddr() string { return d.addr }

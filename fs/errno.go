@@ -5,36 +5,60 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/s3gdsfs/s3gdsfs/cache"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
-	"github.com/s3gdsfs/s3gdsfs/vfs"
+	carried "github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
-// errno maps the core's errors onto what read(2) and friends may return.
+// errno is the one place errors become FUSE answers: the errno an error
+// carries from where it was made (internal/errno: the store's ENOENT,
+// EACCES and ESTALE, the block memory's ENOMEM, the core's ENOTDIR, the
+// GPU engine's), EINTR for a read the caller's interrupt cancelled, EIO
+// for anything else.
 func errno(err error) syscall.Errno {
-	// Only an errno the core returns as such passes through: one found
-	// deeper in the chain comes from the S3 connection (ECONNRESET,
-	// ECONNREFUSED, ...) and means nothing about the file, so it is EIO.
+	// Only an errno returned as such passes through: one found deeper in
+	// the chain comes from the S3 connection (ECONNRESET, ECONNREFUSED,
+	// ...) and means nothing about the file, so it is EIO.
 	en, bare := err.(syscall.Errno)
 	switch {
 	case err == nil:
 		return 0
 	case bare:
 		return en
-	case errors.Is(err, objstore.ErrNotFound), errors.Is(err, objstore.ErrNoBucket):
-		return syscall.ENOENT
-	case errors.Is(err, objstore.ErrAccessDenied):
-		return syscall.EACCES
-	case errors.Is(err, objstore.ErrChanged):
-		// The object was replaced after open: the handle is stale. A new
-		// open sees the new version.
-		return syscall.ESTALE
-	case errors.Is(err, vfs.ErrNotDir):
-		return syscall.ENOTDIR
-	case errors.Is(err, context.Canceled):
+	}
+	if code, ok := carried.Of(err); ok {
+		return code
+	}
+	if errors.Is(err, context.Canceled) {
 		return syscall.EINTR
-	case errors.Is(err, cache.ErrNoMemory):
-		return syscall.ENOMEM
 	}
 	return syscall.EIO
+}
+
+// errnoName is an answer's label in the error counters: a bounded set,
+// EIO for the rest.
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.ESTALE:
+		return "ESTALE"
+	case syscall.EINTR:
+		return "EINTR"
+	case syscall.ENOMEM:
+		return "ENOMEM"
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.ENODEV:
+		return "ENODEV"
+	case syscall.EBADF:
+		return "EBADF"
+	case syscall.ERANGE:
+		return "ERANGE"
+	case syscall.EOPNOTSUPP:
+		return "EOPNOTSUPP"
+	case syscall.ECANCELED:
+		return "ECANCELED"
+	}
+	return "EIO"
 }

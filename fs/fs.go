@@ -1,14 +1,14 @@
-// Package fs adapts the vfs core to go-fuse. It stays thin: attributes,
-// handles, errno mapping and kernel-cache hints; every decision about S3
-// lives in vfs.
+// Package fs adapts the vfs core to go-fuse. It stays thin: it translates
+// each FUSE request into a call on the core (or, for the read ioctl, on the
+// GPU engine), and its answer into FUSE's, errors through the one errno
+// mapping (errno.go); attributes and extended attributes are presentation.
+// How a file is read, and every decision about S3, lives in vfs.
 package fs
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,18 +28,11 @@ type Options struct {
 	AllowOther bool   // let users other than the mounting one in (docs/operations.md)
 	FsName     string // shown in /proc/mounts
 	Debug      bool   // log every FUSE request
-	// DirectIO says which opens bypass the kernel's page cache; the zero
-	// value is DirectIOAuto with DefaultDirectIOMinSize.
-	DirectIO DirectIO
-	// DirectIOMinSize is the smallest object DirectIOAuto reads with direct
-	// I/O (0: DefaultDirectIOMinSize).
+	// DirectIO and DirectIOMinSize are --direct-io and
+	// --direct-io-min-size, which the core applies at each open
+	// (vfs.Config.DirectIO); daemon.Start hands them to it.
+	DirectIO        DirectIO
 	DirectIOMinSize int64
-	// PushReaders is how many opens of objects of at least DirectIOMinSize
-	// may be served at once by pushing into the page cache (vfs.PageSink)
-	// instead of with direct I/O; 0: none. Not with
-	// DirectIOAlways. A pushed reader reads faster and costs more CPU
-	// (docs/architecture.md), so a machine has room for a few.
-	PushReaders int
 	// PollRequests is how long a thread that has just replied, or that no
 	// other thread polls beside, polls /dev/fuse for the next FUSE request
 	// before it sleeps; other threads poll a twentieth of it (0: they
@@ -50,98 +43,21 @@ type Options struct {
 	PollRequests time.Duration
 }
 
-// DirectIO is the page-cache policy of a mount. A read through the page
-// cache costs one more copy of every byte (the daemon's reply lands in cache
-// pages, then the reader copies it out) and in exchange keeps the data for
-// later opens; direct I/O copies the reply straight into the reader's buffer.
-type DirectIO int
+// DirectIO and DefaultDirectIOMinSize are the core's page-cache policy
+// (vfs.DirectIO), named here for the mount's options.
+type DirectIO = vfs.DirectIO
 
-const (
-	// DirectIOAuto reads objects of at least DirectIOMinSize with direct
-	// I/O (large shards, read once per epoch, where the copy is what
-	// costs) and smaller ones through the page cache (where repeated
-	// epochs are then free).
-	DirectIOAuto DirectIO = iota
-	// DirectIOAlways bypasses the page cache for every object.
-	DirectIOAlways
-	// DirectIONever reads every object through the page cache.
-	DirectIONever
-)
-
-func (d DirectIO) String() string {
-	switch d {
-	case DirectIOAlways:
-		return "always"
-	case DirectIONever:
-		return "never"
-	}
-	return "auto"
-}
-
-// DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
-const DefaultDirectIOMinSize = 64 << 20
-
-// directIO reports whether an open of an object of size bytes bypasses the
-// page cache.
-func (o Options) directIO(size int64) bool {
-	switch o.DirectIO {
-	case DirectIOAlways:
-		return true
-	case DirectIONever:
-		return false
-	}
-	return o.large(size)
-}
-
-// mayPush reports whether an open of an object of size bytes may be served
-// by pushing into the page cache, if a push slot is free (mount.admitPush).
-func (o Options) mayPush(size int64) bool {
-	return o.PushReaders > 0 && o.DirectIO != DirectIOAlways && o.large(size)
-}
-
-func (o Options) large(size int64) bool {
-	threshold := o.DirectIOMinSize
-	if threshold <= 0 {
-		threshold = DefaultDirectIOMinSize
-	}
-	return size >= threshold
-}
-
-// admitPush takes a push slot for a new open, if Options.PushReaders has
-// one free; releasePush gives it back. A slot is never taken from another
-// open, even one that has not read yet: that open's flags chose the page
-// cache, and without pushes it would read through the page cache with the
-// kernel's readahead and ranged GETs, slower than direct I/O (four readers
-// opened together, each taking the slot from the one before, read 4.9 GB/s
-// against 8.8 on 16 cores).
-func (m *mount) admitPush() bool {
-	for {
-		n := m.pushing.Load()
-		if n >= int64(m.opts.PushReaders) {
-			return false
-		}
-		if m.pushing.CompareAndSwap(n, n+1) {
-			m.m.PushReaders.Inc()
-			return true
-		}
-	}
-}
-
-func (m *mount) releasePush() {
-	m.pushing.Add(-1)
-	m.m.PushReaders.Dec()
-}
+// DefaultDirectIOMinSize is the core's (vfs.DefaultDirectIOMinSize).
+const DefaultDirectIOMinSize = vfs.DefaultDirectIOMinSize
 
 // mount is state shared by every node of one mount.
 type mount struct {
 	core    *vfs.FS
-	gpu     *rdmaread.Engine // nil when GPU reads are off
-	owners  *owners
+	gpu     *rdmaread.Engine  // nil when GPU reads are off
+	callers *rdmaread.Callers // the processes reading into GPU memory; nil without GPU reads
 	m       *metrics.Set
 	opts    Options
 	started time.Time
-	// pushing counts open files served by pushes into the page cache.
-	pushing atomic.Int64
 }
 
 // MaxRead is the largest read the kernel sends: 1 MiB, the most Linux allows.
@@ -161,8 +77,8 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 	}
 	mt := &mount{core: core, gpu: gpu, m: m, opts: opts, started: time.Now()}
 	if gpu != nil {
-		mt.owners = newOwners(gpu)
-		go mt.owners.reap(ctx, 2*time.Second)
+		mt.callers = rdmaread.NewCallers(gpu)
+		go mt.callers.Reap(ctx, 2*time.Second)
 	}
 	cfg := core.Config()
 	entryTTL, negTTL := cfg.MetaTTL, cfg.NegativeTTL
@@ -284,18 +200,6 @@ type fileNode struct {
 	stats fileStats
 }
 
-// pageSink writes an open file's bytes into its inode's page cache. An
-// inode is one version of its object (vfs.Entry.Ino), so whatever is pushed
-// is that version's bytes, whoever reads them.
-type pageSink struct{ node *fileNode }
-
-func (s pageSink) Store(off int64, p []byte) error {
-	if e := s.node.WriteCache(off, p); e != 0 {
-		return fmt.Errorf("FUSE_NOTIFY_STORE at %d: %w", off, e)
-	}
-	return nil
-}
-
 var (
 	_ gofs.NodeOpener      = (*fileNode)(nil)
 	_ gofs.NodeGetattrer   = (*fileNode)(nil)
@@ -342,39 +246,22 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	// The inode is this version of the object (a new version is a new
-	// inode), so what the page cache holds for it stays right across opens.
+	// The core chose the open's reads; direct I/O is the kernel's to know.
+	// Otherwise the inode is this version of the object (a new version is
+	// a new inode), so what the page cache holds for it stays right across
+	// opens.
 	fuseFlags := uint32(fuse.FOPEN_KEEP_CACHE)
-	// An O_DIRECT open reads around the page cache: pushes would be lost.
-	pushing := flags&syscall.O_DIRECT == 0 && f.mount.opts.mayPush(e.Version.Size) && f.mount.admitPush()
-	if pushing {
-		h.PushTo(pageSink{node: f})
-	} else if f.mount.opts.directIO(e.Version.Size) {
+	if h.DirectIO() {
 		fuseFlags = fuse.FOPEN_DIRECT_IO
-		h.AllowSplice()
 	}
-	fh := &fileHandle{mount: f.mount, node: f, h: h}
-	fh.pushing.Store(pushing)
-	return fh, fuseFlags, 0
+	return &fileHandle{mount: f.mount, node: f, h: h}, fuseFlags, 0
 }
 
 // fileHandle is one open of a file.
 type fileHandle struct {
-	mount   *mount
-	node    *fileNode
-	h       *vfs.Handle
-	pushing atomic.Bool // holds a push slot (mount.admitPush)
-}
-
-// leavePush gives the handle's push slot back, if it holds one: at release,
-// and at its first GPU read, since a file read into GPU memory has no use
-// for pushes and the slot is for a POSIX reader (GPU loaders open files
-// only to issue ioctls on them, and would otherwise hold it for good).
-func (fh *fileHandle) leavePush() {
-	if fh.pushing.CompareAndSwap(true, false) {
-		fh.h.StopPush()
-		fh.mount.releasePush()
-	}
+	mount *mount
+	node  *fileNode
+	h     *vfs.Handle
 }
 
 var (
@@ -384,19 +271,7 @@ var (
 
 func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
-	if r, ok := fh.h.SpliceRead(off, len(dest)); ok {
-		fh.mount.m.PosixReads.Inc()
-		fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
-		stats := &fh.node.stats
-		if r.Data != nil {
-			stats.posix(len(r.Data))
-			return fuse.ReadResultData(r.Data), 0
-		}
-		return pipeResult{fd: r.FD, n: r.N, m: fh.mount.m, done: func() { stats.spliced(r.Done()) }}, 0
-	}
-	// The reply is written straight from the cached blocks (one writev),
-	// never copied into dest first.
-	views, release, err := fh.h.ReadViews(ctx, off, len(dest))
+	r, err := fh.h.Read(ctx, off, len(dest))
 	fh.mount.m.PosixReads.Inc()
 	fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -404,9 +279,20 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
 		return nil, en
 	}
-	r := blockResult{views: views, release: release}
-	fh.node.stats.posix(r.Size())
-	return r, 0
+	stats := &fh.node.stats
+	switch {
+	case r.Pipe != nil:
+		// go-fuse splices the pipe's bytes on behind the header.
+		p := r.Pipe
+		return pipeResult{fd: p.FD, n: p.N, m: fh.mount.m, done: func() { stats.spliced(p.Done()) }}, 0
+	case r.Data != nil:
+		stats.posix(len(r.Data))
+		return fuse.ReadResultData(r.Data), 0
+	}
+	// The reply is written straight from the cached blocks (one writev),
+	// never copied into dest first.
+	stats.posix(r.Size())
+	return blockResult{views: r.Views, release: r.Release}, 0
 }
 
 // blockResult hands the kernel cached blocks' bytes and gives the blocks
@@ -442,38 +328,9 @@ func (r blockResult) Size() int {
 func (r blockResult) Done() { r.release() }
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
-	fh.leavePush()
 	fh.h.Close()
-	fh.mount.owners.released(fh)
+	fh.mount.callers.Released(fh)
 	return 0
-}
-
-func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.ENOENT:
-		return "ENOENT"
-	case syscall.EACCES:
-		return "EACCES"
-	case syscall.ESTALE:
-		return "ESTALE"
-	case syscall.EINTR:
-		return "EINTR"
-	case syscall.ENOMEM:
-		return "ENOMEM"
-	case syscall.EINVAL:
-		return "EINVAL"
-	case syscall.ENODEV:
-		return "ENODEV"
-	case syscall.EBADF:
-		return "EBADF"
-	case syscall.ERANGE:
-		return "ERANGE"
-	case syscall.EOPNOTSUPP:
-		return "EOPNOTSUPP"
-	case syscall.ECANCELED:
-		return "ECANCELED"
-	}
-	return "EIO"
 }
 
 // dirStream feeds the kernel one listing page at a time.

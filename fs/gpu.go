@@ -3,21 +3,12 @@ package fs
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
-	"github.com/s3gdsfs/s3gdsfs/cufile"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 )
 
 var _ gofs.FileIoctler = (*fileHandle)(nil)
@@ -34,7 +25,6 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		m.core.Logger().Debug("GPU read refused", "err", err)
 		return 0, m.gpuFail(syscall.EINVAL)
 	}
-	fh.leavePush()
 	caller, ok := fuse.FromContext(ctx)
 	if !ok {
 		return 0, m.gpuFail(syscall.EINVAL)
@@ -45,27 +35,10 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 	if m.gpu == nil {
 		return 0, m.gpuFail(syscall.ENODEV)
 	}
-	standin := m.gpu.Backend().Name() == abi.CUDABackendHostStandin
-	tokenOnly := req.IPCHandle == [abi.IPCHandleLen]byte{} && req.Token() != ""
-	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin && !tokenOnly {
-		if hb {
-			// Host buffers are a test aid, off unless the daemon was started with them.
-			return 0, m.gpuFail(syscall.EOPNOTSUPP)
-		}
-		return 0, m.gpuFail(syscall.EINVAL)
-	}
-	owner := m.owners.tgid(int(caller.Pid))
-	m.owners.add(owner, fh)
-
 	e := fh.node.getEntry()
-	res, err := m.gpu.Read(ctx, rdmaread.Request{
-		Bucket: e.Bucket, Key: e.Key, Version: fh.h.Version(),
-		Offset: int64(req.Offset), Length: int64(min(req.Length, 1<<62)),
-		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
-		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, Token: req.Token(),
-	})
+	res, err := m.callers.Read(ctx, fh, int(caller.Pid), req, e.Bucket, e.Key, fh.h.Version())
 	if err != nil {
-		en := gpuErrno(err)
+		en := errno(err)
 		m.core.Logger().Debug("GPU read failed", "bucket", e.Bucket, "key", e.Key, "offset", req.Offset,
 			"length", req.Length, "device", req.Device, "pid", caller.Pid, "errno", en.Error(), "err", err)
 		return 0, m.gpuFail(en)
@@ -99,128 +72,6 @@ func (m *mount) mayRead(uid, gid uint32) bool {
 		return mode&0o040 != 0
 	}
 	return mode&0o004 != 0
-}
-
-// gpuErrno maps an engine error onto the ioctl's errno (docs/ioctl.md).
-func gpuErrno(err error) syscall.Errno {
-	switch {
-	case errors.Is(err, abi.ErrInvalid):
-		return syscall.EINVAL
-	case errors.Is(err, cufile.ErrNoDriver), errors.Is(err, cufile.ErrNoDevice):
-		return syscall.ENODEV
-	case errors.Is(err, cufile.ErrBadHandle):
-		return syscall.EBADF
-	case errors.Is(err, rdmaread.ErrOutOfBounds), errors.Is(err, cufile.ErrOutOfRange):
-		return syscall.ERANGE
-	case errors.Is(err, rdmaread.ErrNoRDMA), errors.Is(err, rdmaread.ErrDeclined):
-		return syscall.ECANCELED
-	case errors.Is(err, context.Canceled):
-		return syscall.EINTR
-	case errors.Is(err, objstore.ErrNotFound), errors.Is(err, objstore.ErrChanged),
-		errors.Is(err, objstore.ErrAccessDenied), errors.Is(err, context.DeadlineExceeded):
-		return errno(err)
-	}
-	return syscall.EIO
-}
-
-// owners remembers which callers (processes) used which open files, so a
-// process's imported buffers are closed when its last such file is released.
-type owners struct {
-	mu     sync.Mutex
-	files  map[int]map[*fileHandle]struct{} // tgid -> files it read through
-	tgids  map[int]int                      // thread id -> process id
-	engine *rdmaread.Engine
-}
-
-func newOwners(e *rdmaread.Engine) *owners {
-	return &owners{files: map[int]map[*fileHandle]struct{}{}, tgids: map[int]int{}, engine: e}
-}
-
-// tgid maps the thread FUSE names onto its process: imports belong to the
-// process, whichever of its threads asked.
-func (o *owners) tgid(tid int) int {
-	o.mu.Lock()
-	if p, ok := o.tgids[tid]; ok {
-		o.mu.Unlock()
-		return p
-	}
-	o.mu.Unlock()
-	p := tid
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
-				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-					p = n
-				}
-				break
-			}
-		}
-	}
-	o.mu.Lock()
-	if len(o.tgids) > 1<<16 { // threads come and go: keep the map small
-		clear(o.tgids)
-	}
-	o.tgids[tid] = p
-	o.mu.Unlock()
-	return p
-}
-
-func (o *owners) add(tgid int, fh *fileHandle) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	set, ok := o.files[tgid]
-	if !ok {
-		set = map[*fileHandle]struct{}{}
-		o.files[tgid] = set
-	}
-	set[fh] = struct{}{}
-}
-
-// released is called when fh closes; callers left with no open file lose
-// their imports.
-func (o *owners) released(fh *fileHandle) {
-	if o == nil {
-		return
-	}
-	var gone []int
-	o.mu.Lock()
-	for tgid, set := range o.files {
-		if _, ok := set[fh]; !ok {
-			continue
-		}
-		delete(set, fh)
-		if len(set) == 0 {
-			delete(o.files, tgid)
-			gone = append(gone, tgid)
-		}
-	}
-	o.mu.Unlock()
-	for _, tgid := range gone {
-		o.engine.ReleaseOwner(tgid)
-	}
-}
-
-// reap closes imports of callers that exited without closing their files
-// (killed), every interval until ctx ends.
-func (o *owners) reap(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		o.mu.Lock()
-		for tgid := range o.files {
-			if !cufile.ProcessAlive(tgid) {
-				delete(o.files, tgid)
-			}
-		}
-		clear(o.tgids)
-		o.mu.Unlock()
-		o.engine.Reap()
-	}
 }
 
 // caps is the JSON of the caps extended attribute.

@@ -2,9 +2,6 @@ package fs
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hanwen/go-fuse/v2/splice"
@@ -63,26 +60,4 @@ func SpliceUsable() error {
 			splice.MaxPipeSize(), vfs.ReplyPipeSize, vfs.WantPipeMaxSize)
 	}
 	return nil
-}
-
-// RaisePipeLimit raises fs.pipe-max-size to vfs.WantPipeMaxSize when it is
-// lower and this process may write it (root), and returns what it was; ""
-// when it left it alone. go-fuse reads the limit once at start, so a
-// process that raised it must start again (exec itself) to splice.
-func RaisePipeLimit() (was string, err error) {
-	old, err := os.ReadFile(vfs.PipeMaxSize)
-	if err != nil {
-		return "", err
-	}
-	cur, err := strconv.Atoi(strings.TrimSpace(string(old)))
-	if err != nil || cur >= vfs.WantPipeMaxSize {
-		return "", err
-	}
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("fs.pipe-max-size is %d: only root may raise it to %d", cur, vfs.WantPipeMaxSize)
-	}
-	if err := os.WriteFile(vfs.PipeMaxSize, []byte(strconv.Itoa(vfs.WantPipeMaxSize)), 0o644); err != nil {
-		return "", fmt.Errorf("raising fs.pipe-max-size: %w", err)
-	}
-	return strconv.Itoa(cur), nil
 }

@@ -85,11 +85,8 @@ func (f *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 			"version":       e.Version.ID(),
 			// Whether opens of this version bypass the page cache
 			// (the --direct-io policy).
-			"direct_io": f.mount.opts.directIO(e.Version.Size),
-			// Whether an open may instead be fed by pushes into the page
-			// cache, when a push slot is free (--push-readers).
-			"push_ahead": f.mount.opts.mayPush(e.Version.Size),
-			"counters":   f.stats.snapshot(),
+			"direct_io": f.mount.core.DirectIO(e.Version.Size),
+			"counters":  f.stats.snapshot(),
 		})
 		return putXattr(dest, b)
 	}
@@ -117,7 +114,7 @@ func (s *fileStats) posix(n int) {
 	s.posixReads.Add(1)
 }
 
-// spliced counts a spliced reply (vfs.Handle.SpliceRead) by the bytes the
+// spliced counts a spliced reply (vfs.PipeReply) by the bytes the
 // kernel took.
 func (s *fileStats) spliced(n int) {
 	s.posix(n)

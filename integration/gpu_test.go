@@ -21,9 +21,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
-	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // gpuMount mounts bucket with the host stand-in in place of CUDA: buffers
@@ -276,7 +274,7 @@ const pipeLimitWasEnv = "S3GDSFS_TEST_PIPE_MAX_SIZE_WAS"
 func raisePipeLimitForSplice() (restore func()) {
 	was := os.Getenv(pipeLimitWasEnv)
 	if was == "" {
-		raised, err := s3fs.RaisePipeLimit()
+		raised, err := daemon.RaisePipeLimit()
 		if err != nil || raised == "" {
 			return func() {}
 		}
@@ -287,7 +285,7 @@ func raisePipeLimitForSplice() (restore func()) {
 		was = raised
 	}
 	return func() {
-		if err := os.WriteFile(vfs.PipeMaxSize, []byte(was), 0o644); err != nil {
+		if err := os.WriteFile(daemon.PipeMaxSize, []byte(was), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "restoring fs.pipe-max-size:", err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // books checks that the counters balance: every delivered byte is counted

@@ -18,6 +18,8 @@ import (
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // spliceMount mounts bucket with replies spliced from the socket for
@@ -27,8 +29,7 @@ func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*da
 	requireSplice(t)
 	return mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.Splice = "always"
-		c.FS.DirectIO = s3fs.DirectIOAlways
-		c.FS.PushReaders = 0
+		c.FS.DirectIO = vfs.DirectIOAlways
 		if tune != nil {
 			tune(c)
 		}
@@ -331,5 +332,52 @@ func TestSplicedBodyInSmallPacketsIsCopiedAndExact(t *testing.T) {
 	}
 	if got := metric(t, d, "s3_requests_total"); !strings.Contains(got, "get,ok:1") {
 		t.Errorf("requests: %s, want the one GET", got)
+	}
+}
+
+// A mount whose store is wrapped in the fault injector still splices (the
+// decorator passes raw GETs through), and the injector's faults reach the
+// spliced GET: one that breaks in its body hands the reader to ordinary
+// reads where it broke, one refused before its reply leaves every read to
+// them; every byte right, no read slower than the fault bound.
+func TestFaultyStoreStillSplicesAndItsFaultsReachTheSplice(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 24<<20 + 11, 78
+	srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	for _, tc := range []struct {
+		kind objstore.FaultKind
+		ends string
+	}{{objstore.FaultNone, "map[done:1]"}, {objstore.FaultEarlyEOF, "map[error:1]"},
+		{objstore.FaultStallBody, "map[error:1]"}, {objstore.FaultError, "map[refused:1]"}} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			var faulty *objstore.Faulty
+			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
+				// The first GET, the spliced one, gets the fault.
+				c.WrapStore = func(s objstore.Store) objstore.Store {
+					faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: 5, Script: []objstore.FaultKind{tc.kind}})
+					return faulty
+				}
+				c.S3.ResponseTimeout = time.Second
+				c.Core.ReadTimeout = faultReadTimeout
+				c.Core.Retries = faultRetries
+			})
+			f, err := os.Open(filepath.Join(mp, "big.bin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			worst := readSequentialChecked(t, f, seed, size)
+			if worst > faultPOSIXBound {
+				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
+			}
+			wantMetric(t, d, "splice_ends_total", tc.ends, "how the spliced GET ended")
+			if tc.kind == objstore.FaultNone {
+				wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(size)), "every byte spliced through the decorator")
+			}
+			if n := faulty.Injected(); (n == 1) != (tc.kind != objstore.FaultNone) {
+				t.Errorf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+			}
+		})
 	}
 }

@@ -53,11 +53,6 @@ type Set struct {
 	// ReadStreamEnds says why each ended.
 	ReadStreams    prometheus.Counter
 	ReadStreamEnds *prometheus.CounterVec // end
-	// PushBytes counts bytes written into the kernel's page cache ahead of
-	// readers (--push-readers); PushFailures says why pushing stopped early.
-	PushBytes    prometheus.Counter
-	PushFailures *prometheus.CounterVec // errno
-	PushReaders  prometheus.Gauge
 	// BlocksKept counts blocks one reader had read that were kept for
 	// another reader of the same object close behind it.
 	BlocksKept prometheus.Counter
@@ -192,12 +187,6 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.ReadStreamEnds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_read_stream_ends_total", Help: "Whole-object streams ended, by why (done, overtaken, idle, slow, error); after slow or error ranged GETs take over.",
 	}, []string{"end"})
-	s.PushBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_push_bytes_total", Help: "Bytes written into the kernel page cache ahead of readers (--push-readers); readers read them without a FUSE request.",
-	})
-	s.PushReaders = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "s3gdsfs_push_readers", Help: "Open files fed by pushes into the kernel page cache (at most --push-readers).",
-	})
 	s.BlocksKept = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_blocks_kept_for_readers_total", Help: "Blocks a sequential reader had read that were kept for another reader of the same object close behind it, instead of leaving the cache.",
 	})
@@ -219,9 +208,6 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.SpliceAhead = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_ahead_bytes_total", Help: "Bytes of spliced GETs moved from the socket into a pipe ahead of their read, while the reply before was written or once it had been (mounts that poll for requests, --fuse-poll); the rest are moved when their read comes.",
 	})
-	s.PushFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "s3gdsfs_push_failures_total", Help: "Handles that stopped pushing into the page cache because the kernel refused a push, by errno (ENOENT: it forgot the file; ENODEV: the mount went away).",
-	}, []string{"errno"})
 	s.GPUReadBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_bytes_total", Help: "Bytes delivered into device memory by GPU reads, by transport (rdma, http).",
 	}, []string{"transport"})
@@ -313,7 +299,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
-		s.ReadStreams, s.ReadStreamEnds, s.PushBytes, s.PushFailures, s.PushReaders, s.BlocksKept,
+		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		s.FuseReadReplies, s.FuseReadReplySeconds,

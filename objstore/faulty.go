@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"sync"
 )
@@ -77,11 +78,12 @@ type FaultConfig struct {
 	// Rate is the probability that a request gets a fault (0 = never).
 	Rate float64
 	// Kinds are the faults drawn from, uniformly; nil means AllFaults. Kinds
-	// that need a body apply to GetRange only; other operations draw from
-	// FaultError and FaultStallResponse among these.
+	// that need a body apply to the GETs (GetRange, GetRaw, and
+	// GetRangeRDMA when its reply carries the body); other operations draw
+	// from FaultError and FaultStallResponse among these.
 	Kinds []FaultKind
-	// Script fixes the fault of the first len(Script) GetRange calls, in
-	// order; the random schedule takes over after it.
+	// Script fixes the fault of the first len(Script) GETs, in order; the
+	// random schedule takes over after it.
 	Script []FaultKind
 	// Metadata extends faults to ListBuckets, CheckBucket, Stat and List
 	// (off: only GetRange is affected).
@@ -90,7 +92,10 @@ type FaultConfig struct {
 
 // Faulty is a Store decorator that injects failures, by a seeded random
 // schedule or an explicit script, and counts what it injected by kind. It
-// is safe for concurrent use.
+// is a RawGetter and an RDMAGetter, passing those GETs to Inner (when it is
+// one) with the same faults, so that a wrapped store still splices and
+// still sends GETs over RDMA, and its faults reach those paths too. It is
+// safe for concurrent use.
 type Faulty struct {
 	Inner Store
 
@@ -141,9 +146,27 @@ func (f *Faulty) Injected() int64 {
 	return n
 }
 
-// draw picks the next fault; withBody says whether body faults may be used.
-// It also returns a random fraction for where in the body the fault strikes.
+// draw picks the next fault and counts it; withBody says whether body
+// faults may be used. It also returns a random fraction for where in the
+// body the fault strikes.
 func (f *Faulty) draw(withBody bool) (FaultKind, float64) {
+	k, frac := f.pick(withBody)
+	f.count(k)
+	return k, frac
+}
+
+// count counts a fault as injected.
+func (f *Faulty) count(k FaultKind) {
+	if k > FaultNone && k < numFaultKinds {
+		f.mu.Lock()
+		f.counts[k]++
+		f.mu.Unlock()
+	}
+}
+
+// pick is draw without the count, for a fault that may find nothing to
+// strike (a reply without a body).
+func (f *Faulty) pick(withBody bool) (FaultKind, float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -165,9 +188,6 @@ func (f *Faulty) draw(withBody bool) (FaultKind, float64) {
 		if len(kinds) > 0 {
 			k = kinds[f.rng.IntN(len(kinds))]
 		}
-	}
-	if k > FaultNone && k < numFaultKinds {
-		f.counts[k]++
 	}
 	return k, f.rng.Float64()
 }
@@ -237,19 +257,24 @@ func (f *Faulty) GetRange(ctx context.Context, bucket, key string, off, n int64,
 	if err != nil || k == FaultNone {
 		return body, err
 	}
+	return faultBody(ctx, body, k, n, frac), nil
+}
+
+// faultBody breaks a body of n bytes with fault k, frac of the way in.
+func faultBody(ctx context.Context, body io.ReadCloser, k FaultKind, n int64, frac float64) io.ReadCloser {
 	// Where the body goes wrong: somewhere in [0, n).
 	cut := int64(frac * float64(n))
 	switch k {
 	case FaultEarlyEOF:
-		return &faultyBody{inner: body, left: cut, end: io.ErrUnexpectedEOF}, nil
+		return &faultyBody{inner: body, left: cut, end: io.ErrUnexpectedEOF}
 	case FaultShort:
-		return &faultyBody{inner: body, left: cut, end: io.EOF}, nil
+		return &faultyBody{inner: body, left: cut, end: io.EOF}
 	case FaultStallBody:
-		return &faultyBody{inner: body, left: cut, stall: ctx}, nil
+		return &faultyBody{inner: body, left: cut, stall: ctx}
 	case FaultLong:
-		return &faultyBody{inner: body, left: n, end: io.EOF, extra: 1 + int64(frac*4096)}, nil
+		return &faultyBody{inner: body, left: n, end: io.EOF, extra: 1 + int64(frac*4096)}
 	}
-	return body, nil
+	return body
 }
 
 // faultyBody passes left bytes of inner through, then ends with end (after
@@ -315,4 +340,63 @@ func SortedFaultCounts(counts map[string]int64) string {
 		s += fmt.Sprintf("%s=%d", n, counts[n])
 	}
 	return s
+}
+
+// GetRaw implements RawGetter when Inner is one (ErrNoRaw otherwise, with
+// nothing sent): the faults of GetRange, for a body handed over as its
+// socket. A body that breaks, ends short or stalls fails where it would
+// have ended; a long one is refused, as GetRaw refuses a reply with more
+// bytes than it asked for.
+func (f *Faulty) GetRaw(ctx context.Context, bucket, key string, off, n int64, v Version) (*RawBody, error) {
+	g, ok := f.Inner.(RawGetter)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoRaw, f.Inner)
+	}
+	k, frac := f.draw(true)
+	if err := f.before(ctx, k, frac); err != nil {
+		return nil, err
+	}
+	body, err := g.GetRaw(ctx, bucket, key, off, n, v)
+	if err != nil || k == FaultNone {
+		return body, err
+	}
+	cut := int64(frac * float64(n))
+	switch k {
+	case FaultEarlyEOF, FaultShort:
+		// A socket's body has no end of its own: one that ends early is
+		// a connection closed before its length.
+		body.fault = &rawFault{left: cut, err: io.ErrUnexpectedEOF}
+	case FaultStallBody:
+		body.fault = &rawFault{left: cut, err: os.ErrDeadlineExceeded, stall: true}
+	case FaultLong:
+		body.Close()
+		return nil, fmt.Errorf("injected fault: get %s/%s: %w", bucket, key, ErrLongBody)
+	}
+	return body, nil
+}
+
+// GetRangeRDMA implements RDMAGetter when Inner is one (ErrNoRDMAGetter
+// otherwise, with nothing sent): the faults that strike before a reply, and
+// those of a body on a reply that carries the object's bytes (a decline or
+// an ignored token). A reply served over RDMA has no body for a body fault
+// to strike; it passes unchanged, and the fault is not counted.
+func (f *Faulty) GetRangeRDMA(ctx context.Context, bucket, key string, off, n int64, v Version, token string) (RDMAReply, error) {
+	g, ok := f.Inner.(RDMAGetter)
+	if !ok {
+		return RDMAReply{}, fmt.Errorf("%w: %T", ErrNoRDMAGetter, f.Inner)
+	}
+	k, frac := f.pick(true)
+	if k == FaultError || k == FaultStallResponse {
+		f.count(k)
+		if err := f.before(ctx, k, frac); err != nil {
+			return RDMAReply{}, err
+		}
+	}
+	rep, err := g.GetRangeRDMA(ctx, bucket, key, off, n, v, token)
+	if err != nil || rep.Body == nil || k == FaultNone || k == FaultError || k == FaultStallResponse {
+		return rep, err
+	}
+	f.count(k)
+	rep.Body = faultBody(ctx, rep.Body, k, n, frac)
+	return rep, nil
 }

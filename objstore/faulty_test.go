@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -293,5 +295,187 @@ func TestStallGuardErrTellsAStallFromACallerCancel(t *testing.T) {
 	}
 	if err := g.Err(nil); err != nil {
 		t.Fatalf("Err(nil) = %v", err)
+	}
+}
+
+// rawOneObject is oneObject whose GETs can also be handed over as their
+// sockets (a local connection that carries the range's bytes and stays
+// open after them, as a keep-alive server's does) and sent over RDMA (a
+// token the store ignores, the range in the body; or, with served, the
+// range written over RDMA, no body).
+type rawOneObject struct {
+	oneObject
+	t      *testing.T
+	served bool
+}
+
+func (o rawOneObject) GetRaw(_ context.Context, _, _ string, off, n int64, _ Version) (*RawBody, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	o.t.Cleanup(func() { close(done) })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write(o.data[off : off+n])
+		<-done
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	o.t.Cleanup(func() { c.Close() })
+	return NewRawBody(c.(*net.TCPConn), nil, n, 200*time.Millisecond)
+}
+
+func (o rawOneObject) GetRangeRDMA(_ context.Context, _, _ string, off, n int64, _ Version, _ string) (RDMAReply, error) {
+	if o.served {
+		return RDMAReply{Outcome: RDMAServed, Bytes: n, Status: 206}, nil
+	}
+	return RDMAReply{Outcome: RDMATokenIgnored, Body: io.NopCloser(bytes.NewReader(o.data[off : off+n])), Status: 206}, nil
+}
+
+// A Faulty store hands GETs over as their sockets where its inner store
+// can (a decorated store still splices), and breaks them as it breaks
+// ranged GETs: before the reply, in the body where it would have ended
+// (the bytes before the fault right), stalled past the body's timeout, or
+// longer than asked (refused). Each fault counted once; without an inner
+// store that can, nothing is sent.
+func TestFaultyRawGETsCarryItsFaults(t *testing.T) {
+	data := testData(256 << 10)
+	script := append([]FaultKind{FaultNone}, AllFaults()...)
+	f := NewFaulty(rawOneObject{oneObject: oneObject{data}, t: t}, FaultConfig{Script: script, Seed: 1})
+	var _ RawGetter = f
+	const off, n = 1000, 200 << 10
+	for _, k := range script {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		start := time.Now()
+		b, err := f.GetRaw(ctx, "b", "k", off, n, Version{})
+		var got []byte
+		if err == nil {
+			got, err = drainRaw(t, b)
+			b.Close()
+		}
+		took := time.Since(start)
+		cancel()
+		if k == FaultNone {
+			if err != nil || !bytes.Equal(got, data[off:off+n]) {
+				t.Fatalf("%v: %v, or bytes differ", k, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Fatalf("%v: the GET succeeded; the fault went unnoticed", k)
+		}
+		if !IsRetryable(err) {
+			t.Errorf("%v: %v is not retryable", k, err)
+		}
+		if !bytes.Equal(got, data[off:off+len(got)]) {
+			t.Errorf("%v: the %d bytes before the fault differ from the object's", k, len(got))
+		}
+		switch k {
+		case FaultStallResponse:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v: %v, want the context's timeout", k, err)
+			}
+		case FaultStallBody:
+			if !errors.Is(err, os.ErrDeadlineExceeded) || took < 150*time.Millisecond {
+				t.Errorf("%v: %v after %v, want the body's timeout (200ms)", k, err, took)
+			}
+		case FaultEarlyEOF, FaultShort:
+			if !errors.Is(err, io.ErrUnexpectedEOF) || len(got) >= n {
+				t.Errorf("%v: %d bytes, %v; want fewer than %d and io.ErrUnexpectedEOF", k, len(got), err, n)
+			}
+		case FaultLong:
+			if !errors.Is(err, ErrLongBody) {
+				t.Errorf("%v: %v, want ErrLongBody", k, err)
+			}
+		case FaultError:
+			var te *TransientError
+			if !errors.As(err, &te) {
+				t.Errorf("%v: %v, want a transient server error", k, err)
+			}
+		}
+		if took > 5*time.Second {
+			t.Errorf("%v: noticed after %v", k, took)
+		}
+	}
+	c := f.Counts()
+	for _, k := range AllFaults() {
+		if c[k.String()] != 1 {
+			t.Errorf("count of %v = %d, want 1 (%s)", k, c[k.String()], SortedFaultCounts(c))
+		}
+	}
+	g := NewFaulty(oneObject{data}, FaultConfig{Rate: 1})
+	if _, err := g.GetRaw(context.Background(), "b", "k", 0, 10, Version{}); !errors.Is(err, ErrNoRaw) {
+		t.Errorf("inner store without raw GETs: %v, want ErrNoRaw", err)
+	}
+	if c := g.Counts(); c["calls"] != 0 {
+		t.Errorf("a raw GET the inner store cannot send was counted: %s", SortedFaultCounts(c))
+	}
+}
+
+// A Faulty store sends GETs over RDMA where its inner store can, with the
+// faults that strike before a reply, and a body fault on a reply that
+// carries the bytes; a reply served over RDMA has no body, passes
+// unchanged and counts no fault. Without an inner store that can, nothing
+// is sent.
+func TestFaultyRDMAGETsCarryItsFaults(t *testing.T) {
+	data := testData(64 << 10)
+	const off, n = 100, 30000
+	read := func(f *Faulty) (RDMAReply, []byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		rep, err := f.GetRangeRDMA(ctx, "b", "k", off, n, Version{}, "token")
+		if err != nil || rep.Body == nil {
+			return rep, nil, err
+		}
+		defer rep.Body.Close()
+		p := make([]byte, n)
+		_, err = io.ReadFull(rep.Body, p)
+		if err == nil {
+			err = CheckEnd(rep.Body)
+		}
+		return rep, p, err
+	}
+	store := rawOneObject{oneObject: oneObject{data}, t: t}
+	f := NewFaulty(store, FaultConfig{Script: []FaultKind{FaultNone, FaultError, FaultStallResponse, FaultEarlyEOF, FaultLong}})
+	var _ RDMAGetter = f
+	if rep, got, err := read(f); err != nil || rep.Outcome != RDMATokenIgnored || !bytes.Equal(got, data[off:off+n]) {
+		t.Fatalf("no fault: %+v, %v, or bytes differ", rep, err)
+	}
+	var te *TransientError
+	if _, _, err := read(f); !errors.As(err, &te) {
+		t.Errorf("error: %v, want a transient server error", err)
+	}
+	if _, _, err := read(f); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("stalled reply: %v, want the context's timeout", err)
+	}
+	if _, _, err := read(f); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("early end of the body: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, _, err := read(f); !errors.Is(err, ErrLongBody) {
+		t.Errorf("long body: %v, want ErrLongBody", err)
+	}
+	if f.Injected() != 4 {
+		t.Errorf("faults injected: %s, want 4", SortedFaultCounts(f.Counts()))
+	}
+	store.served = true
+	s := NewFaulty(store, FaultConfig{Script: []FaultKind{FaultEarlyEOF}})
+	if rep, _, err := read(s); err != nil || rep.Outcome != RDMAServed || rep.Bytes != n {
+		t.Errorf("served reply with a body fault drawn: %+v, %v; want it served as is", rep, err)
+	}
+	if s.Injected() != 0 {
+		t.Errorf("a body fault without a body was counted: %s", SortedFaultCounts(s.Counts()))
+	}
+	g := NewFaulty(oneObject{data}, FaultConfig{Rate: 1})
+	if _, err := g.GetRangeRDMA(context.Background(), "b", "k", 0, 10, Version{}, "token"); !errors.Is(err, ErrNoRDMAGetter) {
+		t.Errorf("inner store without RDMA: %v, want ErrNoRDMAGetter", err)
 	}
 }

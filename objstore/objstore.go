@@ -12,18 +12,23 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"syscall"
 	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
-// Errors the layers above map to errnos. Implementations wrap them so that
-// errors.Is works and the message still carries the server's words.
+// Errors about an object or the credentials, each with the errno a file
+// operation answers it with. Implementations wrap them so that errors.Is
+// works and the message still carries the server's words.
 var (
-	ErrNotFound     = errors.New("object not found")
-	ErrNoBucket     = errors.New("bucket not found")
-	ErrAccessDenied = errors.New("access denied")
+	ErrNotFound     = errno.New(syscall.ENOENT, "object not found")
+	ErrNoBucket     = errno.New(syscall.ENOENT, "bucket not found")
+	ErrAccessDenied = errno.New(syscall.EACCES, "access denied")
 	// ErrChanged means the object is no longer the version a reader pinned:
-	// the server refused If-Match, or its size or Last-Modified moved.
-	ErrChanged = errors.New("object changed since it was opened")
+	// the server refused If-Match, or its size or Last-Modified moved. The
+	// handle is stale (ESTALE); a new open sees the new version.
+	ErrChanged = errno.New(syscall.ESTALE, "object changed since it was opened")
 )
 
 // Version pins one version of an object. Servers that give no ETag (versitygw

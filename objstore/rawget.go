@@ -55,6 +55,45 @@ type RawBody struct {
 	closed  bool
 	// waits counts the splices that found the socket short and waited.
 	waits int
+	// fault, when set, breaks the body part way (Faulty.GetRaw).
+	fault *rawFault
+}
+
+// rawFault is a fault injected into a raw body: after left more bytes the
+// body fails with err, at once or, for a stall, after the body's timeout,
+// as a connection that broke or stopped bringing bytes would.
+type rawFault struct {
+	left  int64
+	err   error
+	stall bool
+}
+
+// faulted runs move for up to n bytes of the body, as far as an injected
+// fault lets it: where the fault strikes, move is given only the bytes
+// before it, and the fault's error follows them.
+func (b *RawBody) faulted(n int, move func(k int) (int, error)) (int, error) {
+	f := b.fault
+	if f == nil {
+		return move(n)
+	}
+	if int64(n) <= f.left {
+		got, err := move(n)
+		f.left -= int64(got)
+		return got, err
+	}
+	got := 0
+	if f.left > 0 {
+		var err error
+		got, err = move(int(f.left))
+		f.left -= int64(got)
+		if err != nil || f.left > 0 {
+			return got, err // failed, or the pipe is full, before the fault
+		}
+	}
+	if f.stall && b.timeout > 0 {
+		time.Sleep(b.timeout)
+	}
+	return got, fmt.Errorf("injected fault: body with %d bytes left: %w", b.left, f.err)
 }
 
 // Waits is how many times a splice found the socket short of the bytes
@@ -85,14 +124,14 @@ func (b *RawBody) Left() int64 { return b.left }
 // io.ErrUnexpectedEOF; one that brings no byte for the timeout,
 // os.ErrDeadlineExceeded. After an error the body is of no further use.
 func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
-	return b.splice(pipeW, n, true)
+	return b.faulted(n, func(k int) (int, error) { return b.splice(pipeW, k, true) })
 }
 
 // SpliceReady moves up to n more bytes of the body into the pipe, as
 // SpliceTo does, but only those the socket holds already: it never waits,
 // and returns 0 when nothing is there. Its errors are SpliceTo's.
 func (b *RawBody) SpliceReady(pipeW int, n int) (int, error) {
-	return b.splice(pipeW, n, false)
+	return b.faulted(n, func(k int) (int, error) { return b.splice(pipeW, k, false) })
 }
 
 func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
@@ -167,6 +206,16 @@ func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
 // ReadFull copies the next len(p) bytes of the body into p: for bytes that
 // cannot be spliced. Its errors are SpliceTo's.
 func (b *RawBody) ReadFull(p []byte) error {
+	_, err := b.faulted(len(p), func(k int) (int, error) {
+		if err := b.readFull(p[:k]); err != nil {
+			return 0, err
+		}
+		return k, nil
+	})
+	return err
+}
+
+func (b *RawBody) readFull(p []byte) error {
 	if b.closed {
 		return errors.New("read from a closed body")
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // S3-over-RDMA headers (docs/protocol.md).

@@ -17,7 +17,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // rdmaTestToken is a syntactically valid token naming 1 GiB at a made-up

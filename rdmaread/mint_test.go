@@ -10,7 +10,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // sizedAlloc is an allocation of a given size and nothing else: the cache

@@ -11,7 +11,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // RDMAConfig turns on the RDMA path.

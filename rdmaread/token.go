@@ -1,6 +1,6 @@
 package rdmaread
 
-import "github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+import "github.com/s3gdsfs/s3gdsfs/rdmatoken"
 
 // The token format and limits live in rdmatoken, which the S3 access layer
 // can import too; these names let the engine's callers stay in rdmaread.

@@ -10,8 +10,8 @@ SECS=${SECS:-5}
 PROCS=${PROCS:-1,2,4,8}
 SIZE=${SIZE:-$((64 << 20))}
 mkdir -p "$OUT/raw"
-# BINDIR: prebuilt s3gdsfs and s3load (scripts/gpu/run_posix_scaling.sh on a
-# machine without Go); otherwise they are built into bin/.
+# BINDIR: prebuilt s3gdsfs and s3load (from `make gpu-bundle`, on a machine
+# without Go); otherwise they are built into bin/.
 if [ -z "${BINDIR:-}" ]; then
   go build -o bin/s3gdsfs ./cmd/s3gdsfs
   go build -o bin/s3load ./bench/s3load
@@ -54,12 +54,12 @@ grep -E '^VmHWM' /proc/$DAEMON/status | tee "$OUT/peak.txt"
 # The daemon's counters for the whole run (S3 bytes against bytes read, streams and how they ended).
 ADDR=$(grep -o 'metrics=[0-9.:]*' "$OUT/s3gdsfs.log" | head -1 | cut -d= -f2)
 python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$ADDR/metrics" \
-  | grep -E '^s3gdsfs_(s3_received_bytes_total|posix_read_bytes_total|posix_reads_total|read_stream|push_bytes_total|blocks_kept_for_readers_total|splice_|s3_requests_total|block_cache)' > "$OUT/metrics.txt" || true
+  | grep -E '^s3gdsfs_(s3_received_bytes_total|posix_read_bytes_total|posix_reads_total|read_stream|blocks_kept_for_readers_total|splice_|s3_requests_total|block_cache)' > "$OUT/metrics.txt" || true
 # CPU seconds per GB read through the mount, over all N: the daemon's and the server's.
 python3 - "$OUT/metrics.txt" $((D1 - D0)) $((S1 - S0)) "$(getconf CLK_TCK)" <<'PY' | tee "$OUT/cpu.txt"
 import sys
 m = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if " " in l}
-gb = (m.get("s3gdsfs_posix_read_bytes_total", 0) + m.get("s3gdsfs_push_bytes_total", 0)) / 1e9
+gb = m.get("s3gdsfs_posix_read_bytes_total", 0) / 1e9
 d, s, hz = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 print(f"CPU s/GB over the run ({gb:.1f} GB): daemon {d / hz / gb:.2f}, server {s / hz / gb:.2f}")
 PY

@@ -92,26 +92,6 @@ func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, 
 	return fe.wait(ctx, p)
 }
 
-// await returns block idx of o with a reference for the caller once it is
-// in, if it is cached or on its way; nil if nobody has it. It never starts
-// a download and counts no cache hit.
-func (fe *fetcher) await(ctx context.Context, o object, idx int64) (*cache.Block, error) {
-	key := cache.BlockKey{Object: o.id, Index: idx}
-	if b := fe.f.blocks.Acquire(key); b != nil {
-		return b, nil
-	}
-	fe.mu.Lock()
-	p, ok := fe.inflight[key]
-	if !ok {
-		fe.mu.Unlock()
-		// Finished between the two looks?
-		return fe.f.blocks.Acquire(key), nil
-	}
-	p.waiters++
-	fe.mu.Unlock()
-	return fe.wait(ctx, p)
-}
-
 func (fe *fetcher) wait(ctx context.Context, p *pending) (*cache.Block, error) {
 	select {
 	case <-p.done:

@@ -97,50 +97,43 @@ const (
 	spliceRefused = "refused" // it could not start; ordinary reads serve
 )
 
-// AllowSplice lets reads of the handle be spliced when the mount splices
-// (Config.Splice): for opens whose replies go straight into the reader's
-// buffer (direct I/O), which is where the daemon's copy is the cost.
-func (h *Handle) AllowSplice() {
-	h.mu.Lock()
-	h.spliceOK = h.f.cfg.Splice
-	h.mu.Unlock()
+// splicer is the reader that serves a direct-I/O open (a handle's first
+// reader, where the mount splices) from one spliced GET of the whole
+// object: the reply is the read's n bytes waiting in a pipe, for the FUSE
+// layer to splice on, or copied out of the socket where its bytes came in
+// buffers too small for one reply's pipe. It takes a read at offset 0
+// while no other handle of the version reads, and the reads that follow
+// it; any other read, and every read once its GET has ended, falls back to
+// the blocks, to which it hands the reader's place. Its state is guarded by
+// the handle's mu.
+type splicer struct {
+	h    *Handle
+	feed *spliceFeed // the GET being spliced; nil before and after it
+	// tried: a handle splices at most one GET.
+	tried bool
 }
 
-// SplicedReply is one read's reply from a spliced GET: N bytes waiting in
-// the pipe FD, for the FUSE layer to splice on, or Data, copied out of the
-// socket where its bytes came in buffers too small for one reply's pipe.
-// Done, for a pipe, must be called once the reply has been written; it
-// returns how many bytes left the pipe.
-type SplicedReply struct {
-	FD, N int
-	Done  func() (taken int)
-	Data  []byte
-}
-
-// SpliceRead serves [off, off+n) from the handle's spliced GET, starting one
-// at offset 0; the reply is n bytes, fewer only at the end of the object.
-// ok is false when the read is not one to splice, or the GET could not
-// serve it: the caller then reads through ReadViews, which serves every
-// read.
-func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
+// read serves [off, off+n) from the handle's spliced GET, starting one at
+// offset 0; the reply is n bytes, fewer only at the end of the object.
+func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
+	h := s.h
 	size := h.obj.version.Size
 	h.mu.Lock()
-	feed := h.splice
+	feed := s.feed
 	if feed == nil {
-		start := h.spliceOK && !h.spliceTried && off == 0 && n > 0 && size > 0 && !h.reading
-		h.spliceTried = h.spliceTried || start
+		start := !s.tried && off == 0 && n > 0 && size > 0 && !h.blocks.reading
+		s.tried = s.tried || start
 		h.mu.Unlock()
 		if !start || h.othersActive() {
-			return r, false
+			return Reply{}, errFallBack
 		}
 		if feed = h.openSplice(); feed == nil {
-			return r, false
+			return Reply{}, errFallBack
 		}
 		// No read comes after the release that closes the handle, so
-		// Close will find the feed set here.
+		// close will find the feed set here.
 		h.mu.Lock()
-		h.splice = feed
-		h.f.splicingHandles.Add(1)
+		s.feed = feed
 	}
 	h.mu.Unlock()
 
@@ -149,12 +142,12 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 	feed.mu.Lock()
 	if feed.body == nil {
 		feed.mu.Unlock()
-		return r, false
+		return Reply{}, errFallBack
 	}
 	if feed.share.Load() {
 		h.endSplice(feed, spliceShared, nil)
 		feed.mu.Unlock()
-		return r, false
+		return Reply{}, errFallBack
 	}
 	// Every reply leaves the pipe whole, so the pipe holds just what the
 	// feed put there for this read; more are bytes of a reply that was not
@@ -167,14 +160,14 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		}
 		h.endSplice(feed, spliceLeft, err)
 		feed.mu.Unlock()
-		return r, false
+		return Reply{}, errFallBack
 	}
 	want := int(min(int64(n), size-off))
 	if err := feed.besideErr; err != nil {
 		feed.rewind(off)
 		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
-		return r, false
+		return Reply{}, errFallBack
 	}
 	tried := feed.copying == 0
 	if !tried {
@@ -184,14 +177,14 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 			feed.rewind(off) // the reader's place: what reached the pipe goes with it
 			h.endSplice(feed, spliceError, err)
 			feed.mu.Unlock()
-			return r, false
+			return Reply{}, errFallBack
 		}
 	}
 	if tried && feed.inPipe >= want && objstore.PipeHasRoom(feed.pw) {
 		if h.f.cfg.SpliceAhead && feed.inPipe == want {
 			feed.fillBeside(int(min(int64(want), feed.body.Left())))
 		}
-		return SplicedReply{FD: feed.pr, N: want, Done: func() (taken int) {
+		return Reply{Pipe: &PipeReply{FD: feed.pr, N: want, Done: func() (taken int) {
 			defer feed.mu.Unlock()
 			beside, besideOK := feed.joinBeside(h.f.m.SpliceSocketWaits)
 			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
@@ -224,7 +217,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 				}
 			}
 			return taken
-		}}, true
+		}}}, nil
 	}
 	// The pipe filled before it held the reply, or without a buffer to
 	// spare: the socket brought small buffers (packets of a 1500-byte
@@ -241,7 +234,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		feed.rewind(off)
 		h.endSplice(feed, spliceError, err)
 		feed.mu.Unlock()
-		return r, false
+		return Reply{}, errFallBack
 	}
 	h.f.m.SpliceSmallBuffers.Add(float64(want))
 	h.f.m.PosixReadBytes.Add(float64(want))
@@ -249,7 +242,7 @@ func (h *Handle) SpliceRead(off int64, n int) (r SplicedReply, ok bool) {
 		h.endSplice(feed, spliceDone, nil)
 	}
 	feed.mu.Unlock()
-	return SplicedReply{Data: data}, true
+	return Reply{Data: data}, nil
 }
 
 // copyRun is how many replies after one of small buffers are copied
@@ -402,7 +395,7 @@ func replyPipeSize(n int) int {
 func (h *Handle) othersActive() bool {
 	for _, o := range h.f.otherReaders(h) {
 		o.mu.Lock()
-		active := o.reading || o.splice != nil
+		active := o.blocks.reading || (o.spliced != nil && o.spliced.feed != nil)
 		o.mu.Unlock()
 		if active {
 			return true
@@ -417,8 +410,8 @@ func (h *Handle) othersActive() bool {
 func (h *Handle) shareSplices() {
 	for _, o := range h.f.otherReaders(h) {
 		o.mu.Lock()
-		if o.splice != nil {
-			o.splice.share.Store(true)
+		if o.spliced != nil && o.spliced.feed != nil {
+			o.spliced.feed.share.Store(true)
 		}
 		o.mu.Unlock()
 	}
@@ -441,7 +434,11 @@ func (h *Handle) openSplice() *spliceFeed {
 	if err != nil {
 		return refuse(err)
 	}
-	body, err := g.GetRaw(context.Background(), h.obj.bucket, h.obj.key, 0, h.obj.version.Size, h.obj.version)
+	// The reply's headers come within the read timeout, as a ranged GET's
+	// must; the body's waits have the store's own bound.
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReadTimeout)
+	defer cancel()
+	body, err := g.GetRaw(ctx, h.obj.bucket, h.obj.key, 0, h.obj.version.Size, h.obj.version)
 	if err != nil {
 		unix.Close(pr)
 		unix.Close(pw)
@@ -472,27 +469,28 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 			"at", feed.readerAt(), "err", err)
 	}
 	h.mu.Lock()
-	if h.splice == feed {
-		h.splice = nil
-		h.f.splicingHandles.Add(-1)
+	if h.spliced.feed == feed {
+		h.spliced.feed = nil
 	}
-	if (why == spliceError || why == spliceShared) && !h.reading {
-		h.nextOff, h.streak, h.streamTried = feed.readerAt(), true, true
+	if why == spliceError || why == spliceShared {
+		// The blocks serve on from where the reader is, as a sequential
+		// reader.
+		h.blocks.takeOver(feed.readerAt())
 	}
 	h.mu.Unlock()
 }
 
-// closeSplice ends the handle's spliced GET at close, once a reply still
-// being written has left the pipe.
-func (h *Handle) closeSplice() {
-	h.mu.Lock()
-	feed := h.splice
-	h.mu.Unlock()
+// close ends the handle's spliced GET at close, once a reply still being
+// written has left the pipe.
+func (s *splicer) close() {
+	s.h.mu.Lock()
+	feed := s.feed
+	s.h.mu.Unlock()
 	if feed == nil {
 		return
 	}
 	feed.mu.Lock()
-	h.endSplice(feed, spliceLeft, nil)
+	s.h.endSplice(feed, spliceLeft, nil)
 	feed.mu.Unlock()
 }
 
@@ -512,13 +510,10 @@ func newReplyPipe() (pr, pw int, err error) {
 	return p[0], p[1], nil
 }
 
-// PipeMaxSize is the sysctl that bounds the pipes of a process without
-// CAP_SYS_RESOURCE (1 MiB by default), and WantPipeMaxSize what the
-// command raises it to: twice what a reply needs.
-const (
-	PipeMaxSize     = "/proc/sys/fs/pipe-max-size"
-	WantPipeMaxSize = 2 * ReplyPipeSize
-)
+// WantPipeMaxSize is what fs.pipe-max-size, the sysctl that bounds the
+// pipes of a process without CAP_SYS_RESOURCE (1 MiB by default), should be
+// for splicing: twice what a reply needs (daemon.RaisePipeLimit).
+const WantPipeMaxSize = 2 * ReplyPipeSize
 
 // SpliceUsable says whether the kernel lets this process make the pipes
 // splicing needs: one of ReplyPipeSize, above the default fs.pipe-max-size

@@ -93,16 +93,16 @@ func takeFromPipe(t *testing.T, fd, k int) []byte {
 // out of the pipe as go-fuse does, or copied.
 func spliceWhole(t *testing.T, h *Handle, off int64, n int) (b []byte, copied bool) {
 	t.Helper()
-	r, ok := h.SpliceRead(off, n)
+	r, ok := spliceRead(h, off, n)
 	if !ok {
 		t.Fatalf("read of %d bytes at %d not spliced", n, off)
 	}
 	if r.Data != nil {
 		return r.Data, true
 	}
-	b = takeFromPipe(t, r.FD, r.N)
-	if taken := r.Done(); taken != r.N {
-		t.Fatalf("done says %d bytes taken, %d were", taken, r.N)
+	b = takeFromPipe(t, r.Pipe.FD, r.Pipe.N)
+	if taken := r.Pipe.Done(); taken != r.Pipe.N {
+		t.Fatalf("done says %d bytes taken, %d were", taken, r.Pipe.N)
 	}
 	return b, false
 }
@@ -111,8 +111,17 @@ func openSpliced(t *testing.T, f *FS, key string) *Handle {
 	t.Helper()
 	h := openFile(t, f, key)
 	t.Cleanup(func() { h.Close() })
-	h.AllowSplice()
+	if h.spliced == nil {
+		t.Fatalf("%s opened without its spliced reader", key)
+	}
 	return h
+}
+
+// spliceRead asks h's spliced reader alone for a read; ok is false when it
+// falls back to the next reader.
+func spliceRead(h *Handle, off int64, n int) (r Reply, ok bool) {
+	r, err := h.spliced.read(context.Background(), off, n)
+	return r, err == nil
 }
 
 // Every reply is whole: the read's size, less only at the end of the
@@ -127,7 +136,7 @@ func TestSpliceReadRepliesWholeAndHandsOverWhenAReplyIsNotTaken(t *testing.T) {
 		data[i] = byte(i*7 + i>>11)
 	}
 	ms.put("b", "obj", data, "e1")
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true})
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, Config{Splice: true, DirectIO: DirectIOAlways})
 
 	h := openSpliced(t, f, "obj")
 	var got []byte
@@ -146,18 +155,17 @@ func TestSpliceReadRepliesWholeAndHandsOverWhenAReplyIsNotTaken(t *testing.T) {
 
 	// A second handle: go-fuse takes a third of its second reply.
 	h2 := openFile(t, f, "obj")
-	h2.AllowSplice()
 	spliceWhole(t, h2, 0, 1<<20)
-	r, ok := h2.SpliceRead(1<<20, 1<<20)
+	r, ok := spliceRead(h2, 1<<20, 1<<20)
 	if !ok {
 		t.Fatal("second read not spliced")
 	}
-	takeFromPipe(t, r.FD, r.N/3)
-	if taken := r.Done(); taken != r.N/3 {
-		t.Fatalf("done says %d taken, want %d", taken, r.N/3)
+	takeFromPipe(t, r.Pipe.FD, r.Pipe.N/3)
+	if taken := r.Pipe.Done(); taken != r.Pipe.N/3 {
+		t.Fatalf("done says %d taken, want %d", taken, r.Pipe.N/3)
 	}
-	at := int64(1<<20 + r.N/3)
-	if _, ok := h2.SpliceRead(at, 1<<20); ok {
+	at := int64(1<<20 + r.Pipe.N/3)
+	if _, ok := spliceRead(h2, at, 1<<20); ok {
 		t.Fatal("a read after a reply taken in part was spliced")
 	}
 	buf := make([]byte, 1<<20)
@@ -170,7 +178,7 @@ func TestSpliceReadRepliesWholeAndHandsOverWhenAReplyIsNotTaken(t *testing.T) {
 	// A third reads at an offset other than where its GET is.
 	h3 := openSpliced(t, f, "obj")
 	spliceWhole(t, h3, 0, 1<<20)
-	if _, ok := h3.SpliceRead(3<<20, 1<<20); ok {
+	if _, ok := spliceRead(h3, 3<<20, 1<<20); ok {
 		t.Fatal("a read elsewhere was spliced")
 	}
 	if _, err := h3.ReadAt(context.Background(), buf, 3<<20); err != nil || !bytes.Equal(buf, data[3<<20:4<<20]) {
@@ -196,7 +204,7 @@ func TestSpliceReadCopiesRepliesOfSmallBuffers(t *testing.T) {
 			data := randomBytes(tc.size, 27)
 			ms.put("b", "obj", data, "e1")
 			f := newTestFS(t, rawMemStore{memStore: ms, t: t, segment: 700, segmentFor: tc.segmentFor},
-				Config{Splice: true, SpliceAhead: tc.ahead})
+				Config{Splice: true, DirectIO: DirectIOAlways, SpliceAhead: tc.ahead})
 			h := openSpliced(t, f, "obj")
 			var got []byte
 			copiedBytes := 0
@@ -243,7 +251,7 @@ func TestSpliceReadFillsTheNextReplyAhead(t *testing.T) {
 
 func testSpliceAhead(t *testing.T, ahead bool) {
 	const size = 6<<20 + 4321
-	data, f, h := splicedObject(t, size, 41, Config{Splice: true, SpliceAhead: ahead})
+	data, f, h := splicedObject(t, size, 41, Config{Splice: true, DirectIO: DirectIOAlways, SpliceAhead: ahead})
 
 	sizes := []int{1 << 20, 1 << 20, 256 << 10, 64 << 10, 1 << 20, 300 << 10, 1 << 20}
 	var got []byte
@@ -251,20 +259,20 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 	for i, off := 0, int64(0); off < size; i++ {
 		n := sizes[i%len(sizes)]
 		ready := readyInPipe(t, h)
-		r, ok := h.SpliceRead(off, n)
+		r, ok := spliceRead(h, off, n)
 		if !ok || r.Data != nil {
 			t.Fatalf("read %d of %d bytes at %d: spliced %v, copied %v; want it spliced", i, n, off, ok, r.Data != nil)
 		}
 		want := int(min(int64(n), size-off))
-		if r.N != want {
-			t.Fatalf("read %d at %d: reply of %d bytes, want %d", i, off, r.N, want)
+		if r.Pipe.N != want {
+			t.Fatalf("read %d at %d: reply of %d bytes, want %d", i, off, r.Pipe.N, want)
 		}
-		got = append(got, takeFromPipe(t, r.FD, r.N)...)
+		got = append(got, takeFromPipe(t, r.Pipe.FD, r.Pipe.N)...)
 		time.Sleep(20 * time.Millisecond) // the socket catches up while the reader wakes
-		if taken := r.Done(); taken != r.N {
-			t.Fatalf("read %d: done says %d taken, want %d", i, taken, r.N)
+		if taken := r.Pipe.Done(); taken != r.Pipe.N {
+			t.Fatalf("read %d: done says %d taken, want %d", i, taken, r.Pipe.N)
 		}
-		off += int64(r.N)
+		off += int64(r.Pipe.N)
 		if off < size {
 			next := readyInPipe(t, h)
 			// At most what the largest read before asked for: the fill
@@ -282,7 +290,7 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 				t.Fatalf("after read %d of %d bytes, the pipe's whole: %d of the next in the pipe, want %d", i, want, next, min(int64(want), size-off))
 			}
 			if ahead && ready == want {
-				if h.splice.pr == r.FD {
+				if h.spliced.feed.pr == r.Pipe.FD {
 					t.Fatalf("after read %d the feed still reads the pipe the reply left: nothing was spliced beside it", i)
 				}
 				wholeAhead++
@@ -306,25 +314,25 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 // the object's.
 func TestSpliceReadFillsAheadInOnePipeWithoutASpare(t *testing.T) {
 	const size = 5<<20 + 99
-	data, f, h := splicedObject(t, size, 45, Config{Splice: true, SpliceAhead: true})
-	spliceWhole(t, h, 0, 1<<20) // starts the feed
-	h.splice.noSpare = true     // as when F_SETPIPE_SZ is refused
+	data, f, h := splicedObject(t, size, 45, Config{Splice: true, DirectIO: DirectIOAlways, SpliceAhead: true})
+	spliceWhole(t, h, 0, 1<<20)   // starts the feed
+	h.spliced.feed.noSpare = true // as when F_SETPIPE_SZ is refused
 	got := append([]byte(nil), data[:1<<20]...)
 	filledAhead := 0
 	for off := int64(1 << 20); off < size; {
-		r, ok := h.SpliceRead(off, 1<<20)
+		r, ok := spliceRead(h, off, 1<<20)
 		if !ok || r.Data != nil {
 			t.Fatalf("read at %d not spliced from the pipe", off)
 		}
-		fd := r.FD
-		got = append(got, takeFromPipe(t, r.FD, r.N)...)
+		fd := r.Pipe.FD
+		got = append(got, takeFromPipe(t, r.Pipe.FD, r.Pipe.N)...)
 		time.Sleep(20 * time.Millisecond)
-		r.Done()
-		off += int64(r.N)
+		r.Pipe.Done()
+		off += int64(r.Pipe.N)
 		if off == size {
 			break
 		}
-		if h.splice.pr != fd {
+		if h.spliced.feed.pr != fd {
 			t.Fatalf("after the reply before %d the feed's pipe changed without a spare", off)
 		}
 		if readyInPipe(t, h) > 0 {
@@ -350,14 +358,14 @@ func TestSpliceReadBesideAReplyMeetsAFailedGET(t *testing.T) {
 	data := randomBytes(size, 47)
 	ms.put("b", "obj", data, "e1")
 	const cut = 1<<20 + 300<<10 // the server sends this much, then closes
-	f := newTestFS(t, rawMemStore{memStore: ms, t: t, cutAt: cut}, Config{Splice: true, SpliceAhead: true})
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t, cutAt: cut}, Config{Splice: true, DirectIO: DirectIOAlways, SpliceAhead: true})
 	h := openSpliced(t, f, "obj")
 	// The second reply's bytes fail to come beside the first.
 	b, _ := spliceWhole(t, h, 0, 1<<20)
 	if !bytes.Equal(b, data[:1<<20]) {
 		t.Fatal("first reply's bytes differ")
 	}
-	if _, ok := h.SpliceRead(1<<20, 1<<20); ok {
+	if _, ok := spliceRead(h, 1<<20, 1<<20); ok {
 		t.Fatal("a read after the GET failed was spliced")
 	}
 	snap := readsOnAfterTheFeed(t, f, h, data, 1<<20, spliceError)
@@ -371,7 +379,7 @@ func TestSpliceReadBesideAReplyMeetsAFailedGET(t *testing.T) {
 func readyInPipe(t *testing.T, h *Handle) int {
 	t.Helper()
 	h.mu.Lock()
-	feed := h.splice
+	feed := h.spliced.feed
 	h.mu.Unlock()
 	if feed == nil {
 		return 0
@@ -390,19 +398,19 @@ func readyInPipe(t *testing.T, h *Handle) int {
 // and the ones after, are right.
 func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 	const size = 4<<20 + 9
-	data, f, h := splicedObject(t, size, 43, Config{Splice: true, SpliceAhead: true})
-	r, ok := h.SpliceRead(0, 1<<20)
+	data, f, h := splicedObject(t, size, 43, Config{Splice: true, DirectIO: DirectIOAlways, SpliceAhead: true})
+	r, ok := spliceRead(h, 0, 1<<20)
 	if !ok || r.Data != nil {
 		t.Fatal("first read not spliced")
 	}
-	takeFromPipe(t, r.FD, r.N)
+	takeFromPipe(t, r.Pipe.FD, r.Pipe.N)
 	time.Sleep(20 * time.Millisecond)
-	r.Done()
+	r.Pipe.Done()
 	if readyInPipe(t, h) == 0 {
 		t.Fatal("nothing filled ahead after the first reply")
 	}
 	// Back to 4 KiB in, then on from there.
-	if _, ok := h.SpliceRead(4096, 1<<20); ok {
+	if _, ok := spliceRead(h, 4096, 1<<20); ok {
 		t.Fatal("a read before the bytes in the pipe was spliced")
 	}
 	readsOnAfterTheFeed(t, f, h, data, 4096, spliceLeft)
@@ -456,4 +464,68 @@ func splicedObject(t *testing.T, size int, seed uint64, cfg Config) ([]byte, *FS
 	ms.put("b", "obj", data, "e1")
 	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, cfg)
 	return data, f, openSpliced(t, f, "obj")
+}
+
+// A store wrapped in the fault injector still splices (it passes raw GETs
+// through), and its faults reach the spliced GET: one that breaks in its
+// body ends the feed as an error where it broke and ordinary reads serve
+// the rest, one refused before its reply leaves the read to ordinary
+// reads from the start; every byte right either way.
+func TestFaultyStoreSplicesAndItsFaultsReachTheSplicedGET(t *testing.T) {
+	const size = 5<<20 + 123
+	ms := newMemStore()
+	data := randomBytes(size, 49)
+	ms.put("b", "obj", data, "e1")
+	for _, tc := range []struct {
+		kind objstore.FaultKind
+		end  string
+	}{{objstore.FaultNone, spliceDone}, {objstore.FaultEarlyEOF, spliceError}, {objstore.FaultError, spliceRefused}} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			faulty := objstore.NewFaulty(rawMemStore{memStore: ms, t: t}, objstore.FaultConfig{Seed: 3,
+				Script: []objstore.FaultKind{tc.kind}})
+			f := newTestFS(t, faulty, Config{Splice: true, DirectIO: DirectIOAlways})
+			h := openSpliced(t, f, "obj")
+			buf := make([]byte, 1<<20)
+			var got []byte
+			spliced := 0
+			for off := int64(0); off < size; {
+				n := int(min(int64(len(buf)), size-off))
+				if r, ok := spliceRead(h, off, n); ok {
+					var b []byte
+					if r.Data != nil {
+						b = r.Data
+					} else {
+						b = takeFromPipe(t, r.Pipe.FD, r.Pipe.N)
+						r.Pipe.Done()
+					}
+					spliced++
+					got = append(got, b...)
+					off += int64(len(b))
+					continue
+				}
+				k, err := h.ReadAt(context.Background(), buf[:n], off)
+				if err != nil || k != n {
+					t.Fatalf("ordinary read at %d: %d bytes, %v", off, k, err)
+				}
+				got = append(got, buf[:k]...)
+				off += int64(k)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("bytes differ from the object")
+			}
+			if (tc.kind == objstore.FaultNone) != (spliced == (size+len(buf)-1)/len(buf)) {
+				t.Errorf("%d of the reads spliced", spliced)
+			}
+			snap, err := f.m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ends, want := fmt.Sprint(snap["splice_ends_total"]), "map["+tc.end+":1]"; ends != want {
+				t.Errorf("splice ends %s, want %s", ends, want)
+			}
+			if n := faulty.Injected(); (n == 1) != (tc.kind != objstore.FaultNone) {
+				t.Errorf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+			}
+		})
+	}
 }

@@ -1,7 +1,10 @@
 // Package vfs is the filesystem's core, independent of FUSE: it maps buckets
-// and keys to directories and files, caches what it learns, and serves reads
-// through per-handle prefetchers and a shared block cache. The fs package
-// adapts it to go-fuse; tests and other front ends can drive it directly.
+// and keys to directories and files, caches what it learns, and serves each
+// open file (Handle) through the readers its open chose, asked in order: a
+// spliced GET for a direct-I/O reader (splice.go), then the shared blocks
+// (blocks.go), fed ahead by a whole-object stream (stream.go) and ranged
+// GETs (fetch.go). The fs package adapts it to go-fuse; tests and other
+// front ends can drive it directly.
 package vfs
 
 import (
@@ -14,9 +17,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cache"
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -57,6 +62,12 @@ type Config struct {
 	StreamMinRate int64
 	// StreamIdle closes a stream that has had nothing to read for this long.
 	StreamIdle time.Duration
+	// DirectIO (--direct-io) says which opens bypass the kernel's page
+	// cache; the zero value is DirectIOAuto with DirectIOMinSize.
+	DirectIO DirectIO
+	// DirectIOMinSize (--direct-io-min-size) is the smallest object
+	// DirectIOAuto reads with direct I/O (0: DefaultDirectIOMinSize).
+	DirectIOMinSize int64
 	// Splice (--splice) feeds direct-I/O readers that start at the
 	// beginning of an object from a GET's socket with splice(2), the bytes
 	// never copied through the daemon (splice.go). Needs a store that is a
@@ -68,11 +79,6 @@ type Config struct {
 	// shorter chain per request where a CPU is free for it, a longer one
 	// where the reader must wait for that CPU (splice.go).
 	SpliceAhead bool
-
-	// PushWorkers bounds the blocks written into the kernel's page cache
-	// at once, across handles (push.go); 0 means DefaultPushWorkers. Only
-	// handles given a PageSink push.
-	PushWorkers int
 }
 
 // Defaults chosen for training datasets: objects are written once and read
@@ -98,6 +104,37 @@ const (
 	DefaultStreamMinRate = 64 << 20
 	DefaultStreamIdle    = 5 * time.Second
 )
+
+// DirectIO is the page-cache policy of a mount. A read through the page
+// cache costs one more copy of every byte (the daemon's reply lands in cache
+// pages, then the reader copies it out) and in exchange keeps the data for
+// later opens; direct I/O copies the reply straight into the reader's buffer.
+type DirectIO int
+
+const (
+	// DirectIOAuto reads objects of at least DirectIOMinSize with direct
+	// I/O (large shards, read once per epoch, where the copy is what
+	// costs) and smaller ones through the page cache (where repeated
+	// epochs are then free).
+	DirectIOAuto DirectIO = iota
+	// DirectIOAlways bypasses the page cache for every object.
+	DirectIOAlways
+	// DirectIONever reads every object through the page cache.
+	DirectIONever
+)
+
+func (d DirectIO) String() string {
+	switch d {
+	case DirectIOAlways:
+		return "always"
+	case DirectIONever:
+		return "never"
+	}
+	return "auto"
+}
+
+// DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
+const DefaultDirectIOMinSize = 64 << 20
 
 func (c *Config) applyDefaults() error {
 	def := func(v *int64, d int64) {
@@ -135,11 +172,11 @@ func (c *Config) applyDefaults() error {
 		c.Retries = 0
 	}
 	def(&c.StreamMinRate, DefaultStreamMinRate)
+	if c.DirectIOMinSize <= 0 {
+		c.DirectIOMinSize = DefaultDirectIOMinSize
+	}
 	if c.StreamIdle == 0 {
 		c.StreamIdle = DefaultStreamIdle
-	}
-	if c.PushWorkers == 0 {
-		c.PushWorkers = DefaultPushWorkers()
 	}
 	bs := int64(c.BlockSize)
 	switch {
@@ -157,8 +194,6 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
 	case c.StreamIdle < 0:
 		return fmt.Errorf("--stream-idle %s: not negative", c.StreamIdle)
-	case c.PushWorkers < 0:
-		return fmt.Errorf("--push-workers %d: at least 1", c.PushWorkers)
 	case c.Prefix != "" && c.Bucket == "":
 		return errors.New("--bucket: a prefix needs a bucket name before it")
 	}
@@ -222,11 +257,8 @@ type FS struct {
 	meta   *cache.MetaCache[Entry]
 	blocks *cache.Store
 	fetch  *fetcher
-	// pushSlots bounds page-cache pushes in progress (Config.PushWorkers).
-	pushSlots chan struct{}
 
-	readingHandles  atomic.Int64 // open handles that have read: each one's share of block memory
-	splicingHandles atomic.Int64 // open handles whose reads are spliced (they hold no block memory)
+	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
 
 	// readers are the open handles of each object version (by object id),
 	// so that blocks one reader has passed are kept for another behind it.
@@ -257,7 +289,6 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		readers: make(map[string][]*Handle),
 	}
 	f.fetch = newFetcher(f)
-	f.pushSlots = make(chan struct{}, cfg.PushWorkers)
 	m.MemoryLimit.Set(float64(cfg.MemoryLimit))
 	return f, nil
 }
@@ -270,6 +301,18 @@ func (f *FS) Blocks() *cache.Store { return f.blocks }
 
 // Config returns the effective configuration, defaults applied.
 func (f *FS) Config() Config { return f.cfg }
+
+// DirectIO reports whether an open of an object of size bytes bypasses the
+// page cache (Config.DirectIO).
+func (f *FS) DirectIO(size int64) bool {
+	switch f.cfg.DirectIO {
+	case DirectIOAlways:
+		return true
+	case DirectIONever:
+		return false
+	}
+	return size >= f.cfg.DirectIOMinSize
+}
 
 // Check proves the configured bucket (or the bucket listing) is reachable
 // with the credentials, so a bad mount fails at start with a clear message.
@@ -363,8 +406,8 @@ func (f *FS) resolve(ctx context.Context, child Entry) (Entry, error) {
 	return Entry{}, st.err
 }
 
-// ErrNotDir is returned for directory operations on a file.
-var ErrNotDir = errors.New("not a directory")
+// ErrNotDir is returned for directory operations on a file (ENOTDIR).
+var ErrNotDir = errno.New(syscall.ENOTDIR, "not a directory")
 
 // maxRememberedSkips bounds the memory spent remembering logged keys; past
 // it, skips are still counted but no longer logged.

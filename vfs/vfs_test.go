@@ -197,6 +197,22 @@ func openFile(t *testing.T, f *FS, name string) *Handle {
 	return h
 }
 
+// ReadAt fills p from off through the blocks, the reader that serves
+// every read (the tests' ordinary reads); fewer bytes only at the end of
+// the object.
+func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	r, err := h.blocks.read(ctx, off, len(p))
+	if err != nil {
+		return 0, err
+	}
+	defer r.Release()
+	n := 0
+	for _, v := range r.Views {
+		n += copy(p[n:], v)
+	}
+	return n, nil
+}
+
 // smallConfig has 4 KiB blocks. Streams are never judged slow here: with
 // such blocks (and the race detector) a stream's rate says nothing.
 func smallConfig() Config {
@@ -215,8 +231,8 @@ func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
 	if got := readAll(t, h, 0, 3000); !bytes.Equal(got, data) { // reads not aligned to blocks
 		t.Fatalf("sequential read differs from the object (%d vs %d bytes)", len(got), len(data))
 	}
-	if h.window != f.cfg.MaxWindow {
-		t.Fatalf("window = %d after a long sequential read, want the cap %d", h.window, f.cfg.MaxWindow)
+	if h.blocks.window != f.cfg.MaxWindow {
+		t.Fatalf("window = %d after a long sequential read, want the cap %d", h.blocks.window, f.cfg.MaxWindow)
 	}
 	// The first GET is one block (quick first byte); later ones are whole parts.
 	s.mu.Lock()
@@ -391,11 +407,11 @@ func TestPrefetchShortOfMemoryReportsWhereItStopped(t *testing.T) {
 	}()
 	s.put("b", "obj2", randomBytes(64*4096, 5), "e2")
 	h2 := openFile(t, f, "obj2")
-	h2.window = 16 * 4096 // as after a few sequential reads
-	h2.plan(0, 4096)
+	h2.blocks.window = 16 * 4096 // as after a few sequential reads
+	h2.blocks.plan(0, 4096)
 	h2.mu.Lock()
 	defer h2.mu.Unlock()
-	if h2.prefetchedTo > 2*4096 {
-		t.Fatalf("with memory for two blocks the handle expects blocks up to %d, want at most 2", h2.prefetchedTo/4096)
+	if h2.blocks.prefetchedTo > 2*4096 {
+		t.Fatalf("with memory for two blocks the handle expects blocks up to %d, want at most 2", h2.blocks.prefetchedTo/4096)
 	}
 }

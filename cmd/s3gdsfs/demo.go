@@ -28,8 +28,6 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 )
 
 // The demo's credentials only guard an endpoint on loopback that lives as
@@ -101,7 +99,7 @@ func runDemo(args []string) error {
 	}
 	cfg := daemon.Config{
 		Mountpoint:  mp,
-		S3:          objstore.Config{Endpoint: endpoint, Region: "us-east-1", Credentials: daemon.StaticCredentials(demoAccess, demoSecret)},
+		S3:          daemon.S3Config{Endpoint: endpoint, Region: "us-east-1", Credentials: daemon.StaticCredentials(demoAccess, demoSecret)},
 		MetricsAddr: maddr,
 		ReadAhead:   daemon.DefaultReadAhead,
 		Log:         log,
@@ -334,7 +332,7 @@ func printCounters(d *daemon.Daemon) {
 		return
 	}
 	names := []string{"s3_requests_total", "s3_received_bytes_total", "posix_read_bytes_total", "posix_reads_total",
-		"read_streams_total", "read_stream_ends_total", "push_bytes_total", "splice_bytes_total", "splice_ends_total", "block_cache_hits_total", "block_cache_misses_total", "meta_cache_hits_total", "meta_cache_misses_total",
+		"read_streams_total", "read_stream_ends_total", "splice_bytes_total", "splice_ends_total", "block_cache_hits_total", "block_cache_misses_total", "meta_cache_hits_total", "meta_cache_misses_total",
 		"skipped_keys_total", "block_memory_bytes", "block_memory_limit_bytes",
 		"gpu_read_bytes_total", "gpu_reads_total", "gpu_declined_total", "gpu_declined_bytes_total"}
 	for _, n := range names {
@@ -379,7 +377,7 @@ func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) err
 		}
 		defer os.Remove(filepath.Join(work, buf))
 		if decline {
-			d.LoopbackFabric().SetModeFor(loopback.Decline501, 1)
+			d.DeclineNextRDMA(1)
 		}
 		f, err := os.Open(filepath.Join(mp, key))
 		if err != nil {

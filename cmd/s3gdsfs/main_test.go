@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
@@ -124,14 +123,14 @@ func mountConfig(t *testing.T, args ...string) daemon.Config {
 func TestDirectIOFlagForms(t *testing.T) {
 	for _, c := range []struct {
 		args []string
-		want s3fs.DirectIO
+		want vfs.DirectIO
 	}{
-		{nil, s3fs.DirectIOAuto},
-		{[]string{"--direct-io"}, s3fs.DirectIOAlways},
-		{[]string{"--direct-io=never"}, s3fs.DirectIONever},
-		{[]string{"--direct-io=false"}, s3fs.DirectIONever},
-		{[]string{"-o", "direct_io"}, s3fs.DirectIOAlways},
-		{[]string{"-o", "direct_io=auto,direct_io_min_size=8MiB"}, s3fs.DirectIOAuto},
+		{nil, vfs.DirectIOAuto},
+		{[]string{"--direct-io"}, vfs.DirectIOAlways},
+		{[]string{"--direct-io=never"}, vfs.DirectIONever},
+		{[]string{"--direct-io=false"}, vfs.DirectIONever},
+		{[]string{"-o", "direct_io"}, vfs.DirectIOAlways},
+		{[]string{"-o", "direct_io=auto,direct_io_min_size=8MiB"}, vfs.DirectIOAuto},
 	} {
 		args := append([]string{"--endpoint", "http://127.0.0.1:1"}, c.args...)
 		cfg := mountConfig(t, args...)

@@ -295,7 +295,7 @@ func raisePipeLimitAndRestart(log *slog.Logger, childFollows bool) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	was, err := s3fs.RaisePipeLimit()
+	was, err := daemon.RaisePipeLimit()
 	if err != nil || was == "" {
 		return nil // the mount says why it does not splice
 	}

@@ -122,7 +122,7 @@ func mountOptions(mf *mountFlags) []option {
 			help: "feed a direct-I/O reader from a stream's socket with `splice(2)`, not through the daemon's memory: `auto` over http where pipes hold a reply " +
 				"(as root it raises `fs.pipe-max-size`), `always` (the flag alone; or the mount fails) or `never`"},
 
-		{name: "direct-io", group: groupKernel, arg: "WHEN", value: newDirectIO(&mf.directIO, s3fs.DirectIOAuto), bare: "always",
+		{name: "direct-io", group: groupKernel, arg: "WHEN", value: newDirectIO(&mf.directIO, vfs.DirectIOAuto), bare: "always",
 			help: "page cache policy: `auto` (objects of at least `--direct-io-min-size` bypass the page cache, smaller ones use it), `always` (the flag alone) or `never`"},
 		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: newSize(&mf.directIOMinSize, s3fs.DefaultDirectIOMinSize),
 			help: "the smallest object `--direct-io=auto` reads with direct I/O"},
@@ -436,4 +436,4 @@ func newMode(p *modeFlag, def uint32) *modeFlag { *p = modeFlag(def); return p }
 
 func newPolicy(p *policyFlag, def string) *policyFlag { *p = policyFlag(def); return p }
 
-func newDirectIO(p *directIOFlag, def s3fs.DirectIO) *directIOFlag { *p = directIOFlag(def); return p }
+func newDirectIO(p *directIOFlag, def vfs.DirectIO) *directIOFlag { *p = directIOFlag(def); return p }

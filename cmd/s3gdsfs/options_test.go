@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // sample is a value of the option's kind other than its default, and a
@@ -170,7 +170,7 @@ func TestBareFlagsAndTheSpaceForm(t *testing.T) {
 		}
 	}
 	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--splice", "never", "--direct-io", "never", "--stream", "never")
-	if cfg.Splice != "never" || cfg.FS.DirectIO != s3fs.DirectIONever || !cfg.Core.NoStream {
+	if cfg.Splice != "never" || cfg.FS.DirectIO != vfs.DirectIONever || !cfg.Core.NoStream {
 		t.Errorf("--splice never --direct-io never --stream never: splice %s, direct I/O %v, no stream %v", cfg.Splice, cfg.FS.DirectIO, cfg.Core.NoStream)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // sizeFlag is a byte count written as 1048576, 512KiB, 64MiB, 2GiB (or KB, MB,
@@ -91,18 +91,18 @@ func parsePolicy(v string) (string, error) {
 // directIOFlag is --direct-io: auto, always or never. Written alone (its
 // option's bare value) it means always, as it did when it was a plain switch;
 // accepts says which next argument the bare flag takes as its value.
-type directIOFlag s3fs.DirectIO
+type directIOFlag vfs.DirectIO
 
 func (d *directIOFlag) accepts(v string) bool { _, err := parsePolicy(v); return err == nil }
 
-func (d *directIOFlag) String() string { return s3fs.DirectIO(*d).String() }
+func (d *directIOFlag) String() string { return vfs.DirectIO(*d).String() }
 
 func (d *directIOFlag) Set(v string) error {
 	p, err := parsePolicy(v)
 	if err != nil {
 		return err
 	}
-	*d = directIOFlag(map[string]s3fs.DirectIO{"auto": s3fs.DirectIOAuto, "always": s3fs.DirectIOAlways, "never": s3fs.DirectIONever}[p])
+	*d = directIOFlag(map[string]vfs.DirectIO{"auto": vfs.DirectIOAuto, "always": vfs.DirectIOAlways, "never": vfs.DirectIONever}[p])
 	return nil
 }
 

@@ -21,7 +21,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // Name is both the minter's name and its fabric's.

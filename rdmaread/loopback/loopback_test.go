@@ -18,7 +18,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 const (

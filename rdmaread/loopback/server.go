@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread/rdmatoken"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // Headers of the RDMA reply.

@@ -1,0 +1,153 @@
+package rdmaread
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/abi"
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// Callers are the processes that read a mount's open files into GPU
+// memory, and the files each read through. The engine imports a caller's
+// buffers per process; they are closed when the last file through which the
+// process read is released, or when it exits without releasing them (Reap),
+// so a killed reader never leaves the daemon holding memory its exporter
+// freed. A file is whatever the caller's layer names an open file by (a
+// comparable value, such as a pointer to its handle).
+type Callers struct {
+	engine *Engine
+
+	mu    sync.Mutex
+	files map[int]map[any]struct{} // process id -> the open files it read through
+	tgids map[int]int              // thread id -> process id
+}
+
+// NewCallers keeps the callers of the engine's reads.
+func NewCallers(e *Engine) *Callers {
+	return &Callers{engine: e, files: map[int]map[any]struct{}{}, tgids: map[int]int{}}
+}
+
+// Errors of a request the engine's backend cannot take.
+var (
+	errHostBuffers = errno.New(syscall.EOPNOTSUPP, "host buffers are off: the daemon was not started with the host stand-in")
+	errHostHandle  = errno.New(syscall.EINVAL, "the host stand-in takes host buffers, not device handles")
+)
+
+// Read serves one GPU read of file, issued by the thread tid (the caller
+// FUSE names), into the object version the file pinned at open. Its error
+// carries the errno the read ioctl answers (docs/ioctl.md).
+func (c *Callers) Read(ctx context.Context, file any, tid int, req abi.ReadRequest, bucket, key string, v objstore.Version) (Result, error) {
+	standin := c.engine.Backend().Name() == abi.CUDABackendHostStandin
+	tokenOnly := req.IPCHandle == [abi.IPCHandleLen]byte{} && req.Token() != ""
+	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin && !tokenOnly {
+		if hb {
+			// Host buffers are a test aid, off unless the daemon was started with them.
+			return Result{}, errHostBuffers
+		}
+		return Result{}, errHostHandle
+	}
+	owner := c.tgid(tid)
+	c.add(owner, file)
+	res, err := c.engine.Read(ctx, Request{
+		Bucket: bucket, Key: key, Version: v,
+		Offset: int64(req.Offset), Length: int64(min(req.Length, 1<<62)),
+		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
+		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, Token: req.Token(),
+	})
+	return res, readError(err)
+}
+
+// tgid maps the thread FUSE names onto its process: imports belong to the
+// process, whichever of its threads asked.
+func (c *Callers) tgid(tid int) int {
+	c.mu.Lock()
+	if p, ok := c.tgids[tid]; ok {
+		c.mu.Unlock()
+		return p
+	}
+	c.mu.Unlock()
+	p := tid
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					p = n
+				}
+				break
+			}
+		}
+	}
+	c.mu.Lock()
+	if len(c.tgids) > 1<<16 { // threads come and go: keep the map small
+		clear(c.tgids)
+	}
+	c.tgids[tid] = p
+	c.mu.Unlock()
+	return p
+}
+
+func (c *Callers) add(tgid int, file any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set, ok := c.files[tgid]
+	if !ok {
+		set = map[any]struct{}{}
+		c.files[tgid] = set
+	}
+	set[file] = struct{}{}
+}
+
+// Released is called when file closes; callers left with no open file lose
+// their imports. Callers may be nil (no GPU reads).
+func (c *Callers) Released(file any) {
+	if c == nil {
+		return
+	}
+	var gone []int
+	c.mu.Lock()
+	for tgid, set := range c.files {
+		if _, ok := set[file]; !ok {
+			continue
+		}
+		delete(set, file)
+		if len(set) == 0 {
+			delete(c.files, tgid)
+			gone = append(gone, tgid)
+		}
+	}
+	c.mu.Unlock()
+	for _, tgid := range gone {
+		c.engine.ReleaseOwner(tgid)
+	}
+}
+
+// Reap closes the imports of callers that exited without closing their
+// files (killed), every interval until ctx ends.
+func (c *Callers) Reap(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		for tgid := range c.files {
+			if !cufile.ProcessAlive(tgid) {
+				delete(c.files, tgid)
+			}
+		}
+		clear(c.tgids)
+		c.mu.Unlock()
+		c.engine.Reap()
+	}
+}

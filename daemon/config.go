@@ -128,7 +128,9 @@ const (
 )
 
 // DefaultReadAhead: with 1 MiB of kernel readahead, a sequential reader's
-// requests reach the daemon 1 MiB at a time (docs/benchmarks.md).
+// requests reach the daemon 1 MiB at a time, the largest reply FUSE
+// carries; more readahead read no faster (docs/benchmarks.md, "Tried and
+// not kept").
 const DefaultReadAhead = 1 << 20
 
 // DefaultMetricsAddr is loopback only: counters name buckets and keys.

@@ -83,8 +83,9 @@ func Start(cfg Config) (*Daemon, error) {
 	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
 	// below 8 CPUs by default), and splicing the next reply beside this
 	// one needs a CPU beside the reader's: on 2 cores it gained nothing
-	// and filling ahead made a single reader 9-29% slower, on 16 it took
-	// the splice out of each request's chain (docs/benchmarks.md).
+	// and filling ahead made a single reader slower, on 16 it took the
+	// splice out of each request's chain (docs/benchmarks.md, "Filling the
+	// next reply ahead" and "The next reply spliced beside this one").
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
 	// Which opens bypass the page cache is the core's choice at each open;
 	// the policy comes with the mount's options.

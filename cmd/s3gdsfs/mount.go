@@ -217,12 +217,11 @@ func (f policyFlag) on(endpoint string) bool {
 
 // defaultFusePoll is how long a thread that has just replied polls for
 // the next request (threads that have not, while another polls, a
-// twentieth of it): it
-// covers the gap between a reply and a streaming reader's next request,
-// which on the 16-core machine, a VM whose idle CPUs halt, includes the
-// reader's own wake-up and often passed 50 us (one reader read 3.26-3.81
-// GB/s, 0.66-0.87 of raw, with 50 us for every thread, 3.44-4.75, 0.77-1.08,
-// with 1 ms for every thread, 2.29-2.42 without polling; docs/benchmarks.md).
+// twentieth of it): it covers the gap between a reply and a streaming
+// reader's next request, which on a virtual machine whose idle CPUs halt
+// includes the reader's own wake-up and often outlasts a shorter poll, so
+// a single reader read faster with 1 ms than with 50 us, and with either
+// than without polling (docs/benchmarks.md, "Polling for requests").
 // With fewer than 8 CPUs the polling threads take the cores the reader and
 // a local server need, so none there. An idle mount sleeps 1 ms after its
 // last request. maxFusePoll bounds what a thread may spin for nothing.

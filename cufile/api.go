@@ -66,8 +66,11 @@ type StagerConfig struct {
 	PerCopier int
 }
 
-// Defaults: 4-16 MiB slots reach the host-to-device ceiling (about 54 GB/s
-// on PCIe Gen5); 8 slots let fills run well ahead of copies.
+// Defaults of a stager made without them (the GPU engine sets its own):
+// slots of a few MiB are large enough for each copy to run at the
+// host-to-device link's rate, which no run here has measured on its own
+// (docs/benchmarks.md, "What was not measured"); 8 slots let fills run
+// well ahead of copies.
 const (
 	DefaultSlotSize = 16 << 20
 	DefaultSlots    = 8

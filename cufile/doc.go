@@ -6,8 +6,9 @@
 // The driver (libcuda.so.1) is opened with dlopen through purego rather than
 // linked with cgo, so the daemon builds with CGO_ENABLED=0 and starts on hosts
 // without a GPU; CUDA itself (cuInit, the primary contexts) is initialised
-// only when the first GPU request arrives, since that costs about 150 ms and
-// a context's worth of device memory per GPU.
+// only when the first GPU request arrives, since that is a pause a mount
+// that never serves a GPU read should not make, and costs a context's worth
+// of device memory per GPU (docs/benchmarks.md, "What was not measured").
 //
 // Threading rule: CUDA's current context belongs to an OS thread, not to a
 // goroutine. Every batch of driver calls for a device runs on a goroutine

@@ -30,68 +30,6 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
-// Config is everything a mount needs.
-type Config struct {
-	Mountpoint string
-	S3         S3Config
-	Core       vfs.Config
-	FS         s3fs.Options
-	// Splice is --splice: "auto" (or "") splices whole-object streams to
-	// direct-I/O readers where it can (streams on, an http endpoint, pipes
-	// that hold a reply), "always" fails the mount where it cannot, "never".
-	// It sets Core.Splice.
-	Splice string
-	// ReadAhead is the kernel's readahead for the mount (0 leaves the
-	// kernel's 128 KiB).
-	ReadAhead int64
-	// MetricsAddr is where /metrics listens; "" turns it off.
-	MetricsAddr string
-	// CheckTimeout bounds the start-up check of endpoint, bucket and
-	// credentials.
-	CheckTimeout time.Duration
-	GPU          GPUConfig
-	// WrapStore, when set, decorates the S3 client (tests inject faults).
-	WrapStore func(objstore.Store) objstore.Store
-	Log       *slog.Logger
-}
-
-// S3Config is how the daemon reaches the store: endpoint, region,
-// credentials, timeouts (the S3 client's settings).
-type S3Config = objstore.Config
-
-// StagingConfig sizes each device's pinned staging ring for GPU reads
-// (GPUConfig.Engine.Staging).
-type StagingConfig = cufile.StagerConfig
-
-// NearEndpoint reports whether every address of the endpoint is on this
-// host or a private network, where whole-object streams serve readers
-// (--stream=auto).
-func NearEndpoint(endpoint string) bool { return objstore.NearEndpoint(endpoint) }
-
-// GPUConfig selects the CUDA layer behind GPU reads.
-type GPUConfig struct {
-	// Mode is "auto" (the CUDA driver if it loads; GPU reads answer ENODEV
-	// otherwise), "off", or "host-standin": host memory files under
-	// StandinDir stand in for device memory. The stand-in is a test aid for
-	// machines without a GPU and is never chosen by default.
-	Mode       string
-	StandinDir string
-	Engine     rdmaread.Config
-	// RDMA is "off", "loopback" (an in-process emulation of RDMA writes,
-	// reported as fabric "loopback", for tests and the demo) or
-	// "libs3rdma" (tokens minted by the library at RDMALibrary).
-	RDMA           string
-	RDMALibrary    string
-	DeclineIsError bool
-}
-
-// DefaultReadAhead: with 1 MiB of kernel readahead, a sequential reader's
-// requests reach the daemon 1 MiB at a time (measured in docs/benchmarks.md).
-const DefaultReadAhead = 1 << 20
-
-// DefaultMetricsAddr is loopback only: counters name buckets and keys.
-const DefaultMetricsAddr = "127.0.0.1:9737"
-
 // Daemon is a running mount.
 type Daemon struct {
 	cfg     Config
@@ -124,12 +62,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
-	// Spliced GETs are fed ahead on polling mounts (below): their sockets
-	// get the larger buffer. GetRaw serves only spliced reads.
-	if cfg.FS.PollRequests > 0 && cfg.S3.RawReceiveBuffer == 0 {
-		cfg.S3.RawReceiveBuffer = spliceAheadReceiveBuffer
-	}
-	raw, err := objstore.NewMinio(cfg.S3)
+	raw, err := objstore.NewMinio(cfg.s3Client())
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +83,9 @@ func Start(cfg Config) (*Daemon, error) {
 	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
 	// below 8 CPUs by default), and splicing the next reply beside this
 	// one needs a CPU beside the reader's: on 2 cores it gained nothing
-	// and filling ahead made a single reader 9-29% slower, on 16 it took
-	// the splice out of each request's chain (docs/benchmarks.md).
+	// and filling ahead made a single reader slower, on 16 it took the
+	// splice out of each request's chain (docs/benchmarks.md, "Filling the
+	// next reply ahead" and "The next reply spliced beside this one").
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
 	// Which opens bypass the page cache is the core's choice at each open;
 	// the policy comes with the mount's options.
@@ -191,7 +125,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	var bg context.Context
 	bg, d.stop = context.WithCancel(context.Background())
-	d.server, err = s3fs.Mount(bg, cfg.Mountpoint, core, d.GPU, d.Metrics, cfg.FS)
+	d.server, err = s3fs.Mount(bg, cfg.Mountpoint, core, d.GPU, d.Metrics, cfg.FS.options())
 	if err == nil {
 		server := d.server
 		d.Metrics.ReportFuseRequests(func() metrics.FuseRequestWaits {
@@ -316,7 +250,7 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 		}
 		// Only RDMA GETs go to the fabric's endpoint; everything else goes
 		// to the store directly.
-		s3 := cfg.S3
+		s3 := cfg.s3Client()
 		s3.Endpoint = url
 		raw, err := objstore.NewMinio(s3)
 		if err != nil {
@@ -368,7 +302,7 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 	default:
 		return nil, fmt.Errorf("--gpu %q: use auto, off or host-standin", cfg.GPU.Mode)
 	}
-	return rdmaread.New(store, backend, cfg.GPU.Engine, m, cfg.Log), nil
+	return rdmaread.New(store, backend, cfg.GPU.engine(), m, cfg.Log), nil
 }
 
 // Unmount detaches the mount, retrying while it is busy and finally

@@ -28,11 +28,6 @@ type Options struct {
 	AllowOther bool   // let users other than the mounting one in (docs/operations.md)
 	FsName     string // shown in /proc/mounts
 	Debug      bool   // log every FUSE request
-	// DirectIO and DirectIOMinSize are --direct-io and
-	// --direct-io-min-size, which the core applies at each open
-	// (vfs.Config.DirectIO); daemon.Start hands them to it.
-	DirectIO        DirectIO
-	DirectIOMinSize int64
 	// PollRequests is how long a thread that has just replied, or that no
 	// other thread polls beside, polls /dev/fuse for the next FUSE request
 	// before it sleeps; other threads poll a twentieth of it (0: they
@@ -42,13 +37,6 @@ type Options struct {
 	// (docs/architecture.md, "Request cost").
 	PollRequests time.Duration
 }
-
-// DirectIO and DefaultDirectIOMinSize are the core's page-cache policy
-// (vfs.DirectIO), named here for the mount's options.
-type DirectIO = vfs.DirectIO
-
-// DefaultDirectIOMinSize is the core's (vfs.DefaultDirectIOMinSize).
-const DefaultDirectIOMinSize = vfs.DefaultDirectIOMinSize
 
 // mount is state shared by every node of one mount.
 type mount struct {

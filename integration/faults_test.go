@@ -393,11 +393,11 @@ func faultMount(t *testing.T, srv *testenv.Server, bucket, endpoint string, tune
 		c.Core.MemoryLimit = 64 << 20
 		c.Core.CacheSize = 2 << 20 // little cache: most reads go to the server
 		c.Core.MetaTTL = time.Hour
-		c.GPU.Engine.ReadTimeout = faultReadTimeout
-		c.GPU.Engine.Retries = faultRetries
+		c.GPU.ReadTimeout = faultReadTimeout
+		c.GPU.Retries = faultRetries
 		// A slot for every stream of every worker: a GPU read never queues
 		// behind another for staging memory, so the bound is per call.
-		c.GPU.Engine.Staging.Slots = 16 * 4
+		c.GPU.Slots = 16 * 4
 		if tune != nil {
 			tune(c)
 		}
@@ -507,7 +507,7 @@ func TestRandomReadsUnderStoreFaults(t *testing.T) {
 			return faulty
 		}
 		c.Core.ReadTimeout = 500 * time.Millisecond
-		c.GPU.Engine.ReadTimeout = 500 * time.Millisecond
+		c.GPU.ReadTimeout = 500 * time.Millisecond
 	})
 	c := newTally()
 	start := time.Now()
@@ -700,7 +700,7 @@ func TestObjectReplacedDuringGPUReadIsESTALE(t *testing.T) {
 	gate := &gateStore{gateAt: 4 << 20, reached: make(chan struct{}), gate: make(chan struct{})}
 	mp, dir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = 300 * time.Millisecond
-		c.GPU.Engine.PartSize = 1 << 20 // one GET per MiB, so one of them starts past the gate
+		c.GPU.PartSize = 1 << 20 // one GET per MiB, so one of them starts past the gate
 		c.WrapStore = func(s objstore.Store) objstore.Store { gate.Store = s; return gate }
 	})
 	f, err := os.Open(filepath.Join(mp, "x.bin"))
@@ -801,9 +801,9 @@ func TestInterruptedGPUReadsNeverReportMissingBytes(t *testing.T) {
 	o := faultObject{key: "big.bin", size: 6<<20 + 99, seed: 81}
 	srv.PutRandomObject(t, "data", o.key, o.size, o.seed)
 	mp, bufDir, d := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
-		c.GPU.Engine.Staging.SlotSize = 256 << 10
-		c.GPU.Engine.Staging.Slots = 4  // reads queue for slots: they take a while
-		c.GPU.Engine.PartSize = 1 << 20 // and most take two GETs
+		c.GPU.SlotSize = 256 << 10
+		c.GPU.Slots = 4          // reads queue for slots: they take a while
+		c.GPU.PartSize = 1 << 20 // and most take two GETs
 	})
 	f, err := os.Open(filepath.Join(mp, o.key))
 	if err != nil {

@@ -64,7 +64,7 @@ func TestGPUReadPartsFollowTheLoad(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			log := &rangeLog{}
 			mp, dir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
-				c.GPU.Engine.TargetStreams = tc.target
+				c.GPU.TargetStreams = tc.target
 				c.WrapStore = func(s objstore.Store) objstore.Store { log.Store = s; return log }
 			})
 			f, err := os.Open(filepath.Join(mp, "obj"))

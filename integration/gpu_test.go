@@ -32,8 +32,8 @@ func gpuMount(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemo
 	mp, d = mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.GPU.Mode = "host-standin"
 		c.GPU.StandinDir = bufDir
-		c.GPU.Engine.Staging.SlotSize = 1 << 20
-		c.GPU.Engine.Staging.Slots = 8
+		c.GPU.SlotSize = 1 << 20
+		c.GPU.Slots = 8
 		if tune != nil {
 			tune(c)
 		}

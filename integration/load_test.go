@@ -24,7 +24,6 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
 // loadSeconds is how long the load test runs: a few seconds in a plain
@@ -106,7 +105,7 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 	const memoryLimit = 32 << 20
 	cfg := daemon.Config{
 		Mountpoint: mp,
-		S3: objstore.Config{
+		S3: daemon.S3Config{
 			Endpoint:    srv.Endpoint,
 			Region:      srv.Region,
 			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),
@@ -121,8 +120,8 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 	cfg.Core.MaxWindow = 8 << 20
 	cfg.GPU.Mode = "host-standin"
 	cfg.GPU.StandinDir = bufDir
-	cfg.GPU.Engine.Staging.SlotSize = 1 << 20
-	cfg.GPU.Engine.Staging.Slots = 16
+	cfg.GPU.SlotSize = 1 << 20
+	cfg.GPU.Slots = 16
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,6 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -35,7 +34,7 @@ func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon
 	mp := t.TempDir()
 	cfg := daemon.Config{
 		Mountpoint: mp,
-		S3: objstore.Config{
+		S3: daemon.S3Config{
 			Endpoint:    srv.Endpoint,
 			Region:      srv.Region,
 			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),

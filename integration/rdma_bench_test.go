@@ -29,7 +29,7 @@ func BenchmarkLoopbackRDMAOverhead(b *testing.B) {
 			srv.PutRandomObject(b, "data", "obj", size, 5)
 			mp, dir, d := gpuMount(b, srv, "data", func(c *daemon.Config) {
 				c.GPU.RDMA = "loopback"
-				c.GPU.Engine.RDMAChunk = size
+				c.GPU.RDMAChunk = size
 			})
 			f, err := os.Open(filepath.Join(mp, "obj"))
 			if err != nil {

@@ -157,8 +157,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 		c.Core.Retries = 1
 		c.Core.MetaTTL = 100 * time.Millisecond
 		c.Core.NegativeTTL = 100 * time.Millisecond
-		c.GPU.Engine.ReadTimeout = 500 * time.Millisecond
-		c.GPU.Engine.Retries = 1
+		c.GPU.ReadTimeout = 500 * time.Millisecond
+		c.GPU.Retries = 1
 	})
 	var texts []string // everything a user or an operator can see
 	note := func(what string, err error) {
@@ -206,7 +206,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// Mounts that must fail: a wrong secret, and credentials in the URL.
 	wrong := "WRONG" + secret
 	_, err = daemon.Start(daemon.Config{Mountpoint: t.TempDir(), Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		S3:           objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, wrong)},
+		S3:           daemon.S3Config{Endpoint: srv.Endpoint, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, wrong)},
 		Core:         mountCore("data"),
 		CheckTimeout: 5 * time.Second,
 	})
@@ -217,7 +217,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	u, _ := url.Parse(srv.Endpoint)
 	u.User = url.UserPassword(srv.AccessKey, secret)
 	_, err = daemon.Start(daemon.Config{Mountpoint: t.TempDir(), Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		S3:           objstore.Config{Endpoint: u.String(), Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, secret)},
+		S3:           daemon.S3Config{Endpoint: u.String(), Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, secret)},
 		Core:         mountCore("data"),
 		CheckTimeout: 5 * time.Second,
 	})
@@ -359,7 +359,7 @@ func TestTLSEndpointWithCustomCA(t *testing.T) {
 	start := time.Now()
 	_, err := daemon.Start(daemon.Config{
 		Mountpoint:   t.TempDir(),
-		S3:           objstore.Config{Endpoint: ts.URL, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
+		S3:           daemon.S3Config{Endpoint: ts.URL, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
 		Core:         mountCore("data"),
 		CheckTimeout: 10 * time.Second,
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -378,7 +378,7 @@ func TestTLSEndpointWithCustomCA(t *testing.T) {
 	}
 	_, err = daemon.Start(daemon.Config{
 		Mountpoint: t.TempDir(),
-		S3:         objstore.Config{Endpoint: ts.URL, Region: srv.Region, CABundle: junk, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
+		S3:         daemon.S3Config{Endpoint: ts.URL, Region: srv.Region, CABundle: junk, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
 		Core:       mountCore("data"),
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -97,10 +97,11 @@ const (
 	DefaultCacheSize     = 1 << 30
 	DefaultReadTimeout   = 30 * time.Second
 	DefaultRetries       = 3
-	// One connection to a store on the same host or network carries
-	// hundreds of MB/s even on a loaded two-core machine; a stream slower
-	// than this has something wrong with it, and parallel ranges spread the
-	// load.
+	// One connection to a store on the same host or network carries more
+	// than this even on a loaded two-core machine, where the machine and
+	// not the connection is the limit (docs/benchmarks.md, "POSIX reads");
+	// a stream slower than this has something wrong with it, and parallel
+	// ranges spread the load.
 	DefaultStreamMinRate = 64 << 20
 	DefaultStreamIdle    = 5 * time.Second
 )

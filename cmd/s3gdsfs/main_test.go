@@ -172,9 +172,9 @@ func TestStreamFlagForms(t *testing.T) {
 // cache, --retries 0 no retry, --stream-min-rate 0 never slow.
 func TestZeroFlagsMeanNone(t *testing.T) {
 	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--cache-size", "0", "--retries", "0", "--stream-min-rate", "0")
-	if cfg.Core.CacheSize != -1 || cfg.Core.Retries != -1 || cfg.Core.StreamMinRate != -1 || cfg.GPU.Engine.Retries != -1 {
+	if cfg.Core.CacheSize != -1 || cfg.Core.Retries != -1 || cfg.Core.StreamMinRate != -1 || cfg.GPU.Retries != -1 {
 		t.Fatalf("cache %d, retries %d, stream min rate %d, GPU retries %d: want -1 (none) each",
-			cfg.Core.CacheSize, cfg.Core.Retries, cfg.Core.StreamMinRate, cfg.GPU.Engine.Retries)
+			cfg.Core.CacheSize, cfg.Core.Retries, cfg.Core.StreamMinRate, cfg.GPU.Retries)
 	}
 	core, err := vfs.New(nil, cfg.Core, metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), slog.New(slog.DiscardHandler))
 	if err != nil {

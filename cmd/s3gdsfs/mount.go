@@ -14,11 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -145,7 +141,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	}
 	return daemon.Config{
 		Mountpoint: mountpoint,
-		S3: objstore.Config{
+		S3: daemon.S3Config{
 			Endpoint:       mf.endpoint,
 			Region:         mf.region,
 			CABundle:       mf.caBundle,
@@ -172,13 +168,13 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
 			StreamIdle:    mf.streamIdle,
 		},
-		FS: s3fs.Options{
+		FS: daemon.FSConfig{
 			UID: uint32(mf.uid), GID: uint32(mf.gid),
 			FileMode: uint32(mf.fileMode), DirMode: uint32(mf.dirMode),
 			AllowOther:      mf.allowOther,
 			FsName:          "s3gdsfs:" + mf.bucket,
 			Debug:           mf.debugFUSE,
-			DirectIO:        s3fs.DirectIO(mf.directIO),
+			DirectIO:        vfs.DirectIO(mf.directIO),
 			DirectIOMinSize: int64(mf.directIOMinSize),
 			PollRequests:    mf.fusePoll,
 		},
@@ -188,18 +184,17 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			RDMA:           mf.rdma,
 			RDMALibrary:    mf.rdmaLib,
 			DeclineIsError: mf.declineIsError,
-			Engine: rdmaread.Config{
-				Streams:       mf.gpuStreams,
-				TargetStreams: mf.gpuTargetStreams,
-				MaxOps:        mf.gpuOps,
-				MaxBytes:      int64(mf.gpuBytes),
-				RDMAChunk:     int64(mf.rdmaChunk),
-				PartSize:      int64(mf.gpuPart),
-				ReadTimeout:   mf.readTimeout,
-				Retries:       zeroMeansNone(mf.retries),
-				Staging: cufile.StagerConfig{SlotSize: int(mf.stagingSlotSize), Slots: mf.stagingSlots,
-					PerCopier: perCopier(mf.stagingPerCopier)},
-			},
+			Streams:        mf.gpuStreams,
+			TargetStreams:  mf.gpuTargetStreams,
+			MaxOps:         mf.gpuOps,
+			MaxBytes:       int64(mf.gpuBytes),
+			RDMAChunk:      int64(mf.rdmaChunk),
+			PartSize:       int64(mf.gpuPart),
+			ReadTimeout:    mf.readTimeout,
+			Retries:        zeroMeansNone(mf.retries),
+			SlotSize:       int(mf.stagingSlotSize),
+			Slots:          mf.stagingSlots,
+			PerCopier:      perCopier(mf.stagingPerCopier),
 		},
 		Splice:       string(mf.splice),
 		ReadAhead:    int64(mf.readAhead),
@@ -217,17 +212,16 @@ func (f policyFlag) on(endpoint string) bool {
 	case "never":
 		return false
 	}
-	return objstore.NearEndpoint(endpoint)
+	return daemon.NearEndpoint(endpoint)
 }
 
 // defaultFusePoll is how long a thread that has just replied polls for
 // the next request (threads that have not, while another polls, a
-// twentieth of it): it
-// covers the gap between a reply and a streaming reader's next request,
-// which on the 16-core machine, a VM whose idle CPUs halt, includes the
-// reader's own wake-up and often passed 50 us (one reader read 3.26-3.81
-// GB/s, 0.66-0.87 of raw, with 50 us for every thread, 3.44-4.75, 0.77-1.08,
-// with 1 ms for every thread, 2.29-2.42 without polling; docs/benchmarks.md).
+// twentieth of it): it covers the gap between a reply and a streaming
+// reader's next request, which on a virtual machine whose idle CPUs halt
+// includes the reader's own wake-up and often outlasts a shorter poll, so
+// a single reader read faster with 1 ms than with 50 us, and with either
+// than without polling (docs/benchmarks.md, "Polling for requests").
 // With fewer than 8 CPUs the polling threads take the cores the reader and
 // a local server need, so none there. An idle mount sleeps 1 ms after its
 // last request. maxFusePoll bounds what a thread may spin for nothing.

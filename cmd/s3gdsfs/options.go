@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -124,7 +122,7 @@ func mountOptions(mf *mountFlags) []option {
 
 		{name: "direct-io", group: groupKernel, arg: "WHEN", value: newDirectIO(&mf.directIO, vfs.DirectIOAuto), bare: "always",
 			help: "page cache policy: `auto` (objects of at least `--direct-io-min-size` bypass the page cache, smaller ones use it), `always` (the flag alone) or `never`"},
-		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: newSize(&mf.directIOMinSize, s3fs.DefaultDirectIOMinSize),
+		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: newSize(&mf.directIOMinSize, vfs.DefaultDirectIOMinSize),
 			help: "the smallest object `--direct-io=auto` reads with direct I/O"},
 		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: newSize(&mf.readAhead, daemon.DefaultReadAhead),
 			help: "kernel readahead for the mount (`0` keeps the kernel's 128KiB; needs root)"},
@@ -145,27 +143,27 @@ func mountOptions(mf *mountFlags) []option {
 			help: "`auto` (CUDA when the driver loads), `off`, or `host-standin` (a test aid: files under `--host-standin-dir` stand in for device memory)"},
 		{name: "host-standin-dir", group: groupGPU, arg: "DIR", value: newString(&mf.standinDir, "/dev/shm"),
 			help: "directory of the host stand-in buffers, with `--gpu=host-standin`"},
-		{name: "gpu-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuStreams, rdmaread.DefaultStreams),
+		{name: "gpu-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuStreams, daemon.DefaultGPUStreams),
 			help: "most parallel ranged GETs of one GPU read"},
-		{name: "gpu-target-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuTargetStreams, rdmaread.DefaultTargetStreams),
+		{name: "gpu-target-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuTargetStreams, daemon.DefaultGPUTargetStreams),
 			help: "GETs in flight the GPU reads aim for together: each read takes its share, from one GET of its whole range to `--gpu-streams` ranges", why: benchmarksDoc},
 		{name: "gpu-part-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuPart, 0), def: "`0` (parts sized by load)",
 			help: "largest range of one GET of a GPU read (0 or at least 1MiB), streamed through the staging slots"},
-		{name: "gpu-max-ops", group: groupGPU, arg: "N", value: newInt(&mf.gpuOps, rdmaread.DefaultMaxOps),
+		{name: "gpu-max-ops", group: groupGPU, arg: "N", value: newInt(&mf.gpuOps, daemon.DefaultGPUMaxOps),
 			help: "server operations of GPU reads in flight, across all callers"},
-		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuBytes, rdmaread.DefaultMaxBytes),
+		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuBytes, daemon.DefaultGPUMaxBytes),
 			help: "bytes of GPU reads in flight, across all callers"},
-		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, rdmaread.DefaultSlots),
+		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, daemon.DefaultStagingSlots),
 			help: "pinned staging slots per GPU"},
-		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, rdmaread.DefaultSlotSize),
+		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, daemon.DefaultStagingSlotSize),
 			help: "bytes per pinned staging slot (64KiB to 1GiB)", why: benchmarksDoc},
-		{name: "staging-per-copier", group: groupGPU, arg: "N", value: newInt(&mf.stagingPerCopier, rdmaread.DefaultPerCopier),
+		{name: "staging-per-copier", group: groupGPU, arg: "N", value: newInt(&mf.stagingPerCopier, daemon.DefaultStagingPerCopier),
 			help: "slots each GET cycles through, taking its own back as their copies complete so its bytes land in memory still in the CPU's cache; `0`: the ring's order"},
 		{name: "rdma", group: groupGPU, arg: "MODE", value: newEnum(&mf.rdma, "off", "off", "loopback", "libs3rdma"),
 			help: "RDMA for GPU reads: `off`, `loopback` (an in-process emulation for tests and the demo, never a network) or `libs3rdma`"},
 		{name: "rdma-lib", group: groupGPU, arg: "FILE", value: newString(&mf.rdmaLib, ""), def: "the library search path",
 			help: "path of `libs3rdma.so`"},
-		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: newSize(&mf.rdmaChunk, rdmaread.DefaultRDMAChunk),
+		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: newSize(&mf.rdmaChunk, daemon.DefaultRDMAChunk),
 			help: "largest single RDMA transfer (1MiB to 1GiB); reads are cut into such chunks so that callers interleave"},
 		{name: "rdma-decline-is-error", group: groupGPU, value: newBool(&mf.declineIsError, false), bare: "true",
 			help: "fail a GPU read whose RDMA transfer is declined (ECANCELED) instead of reading it over HTTP"},

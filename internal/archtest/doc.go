@@ -1,0 +1,4 @@
+// Package archtest holds the rules of which room may import which
+// (docs/architecture.md, "Rooms"), checked by its tests: the command and
+// the FUSE adapter talk to the rest only through daemon and vfs.
+package archtest

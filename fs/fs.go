@@ -196,7 +196,8 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 		GID:             opts.GID,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: syscall.S_IFDIR},
 	}
-	// Only a kill interrupts a request (interrupt.go).
+	// Only a kill interrupts a request (interrupt.go); READ replies are
+	// timed (replies.go).
 	return serve(mountpoint, root, fopts, m)
 }
 

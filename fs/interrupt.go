@@ -57,7 +57,7 @@ func serve(mountpoint string, root gofs.InodeEmbedder, opts *gofs.Options, m *me
 
 // rawFS is the raw filesystem go-fuse serves: gofs's bridge to the nodes,
 // whose requests get a cancel channel closed only when their caller is
-// being killed (guard).
+// being killed (guard), and whose READ replies are timed (replies.go).
 // Only the requests a read-only mount is sent are guarded; the kernel
 // refuses the others itself.
 type rawFS struct {
@@ -257,9 +257,11 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 }
 
 func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	start := time.Now()
 	g := r.guard(cancel, in.Caller)
-	defer g.end()
-	return r.RawFileSystem.Read(g.cancel, in, buf)
+	res, st := r.RawFileSystem.Read(g.cancel, in, buf)
+	g.end()
+	return r.timeReply(start, res, st)
 }
 
 func (r *rawFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {

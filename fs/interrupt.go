@@ -24,22 +24,23 @@ import (
 // stdio reports it as a read error).
 
 const (
-	// watchAfter is how long a request runs before a goroutine watches
-	// its cancel channel: most requests end sooner, and then cost no
-	// goroutine, only a timer. A kill inside a request that started less
-	// than this ago is noticed when the watch starts.
-	watchAfter = time.Millisecond
-	// killWatchInterval is how often the watch looks at a caller that
-	// was interrupted by a signal it handles. The kernel sends one
-	// INTERRUPT per request: a kill that follows a handled signal sends
-	// none, and the caller waits for the answer.
+	// scanInterval is how often a mount's requests in flight are looked
+	// at for an INTERRUPT, while there are any: a kill inside a request
+	// is noticed within it. A timer for each request instead would wake
+	// the runtime's poller thread as it is armed, for most READs
+	// (docs/results/interrupt-watch-2core.txt).
+	scanInterval = 10 * time.Millisecond
+	// killWatchInterval is how often a caller interrupted by a signal it
+	// handles is looked at again. The kernel sends one INTERRUPT per
+	// request: a kill that follows a handled signal sends none, and the
+	// caller waits for the answer.
 	killWatchInterval = 50 * time.Millisecond
 )
 
 // serve mounts root at mountpoint as gofs.Mount does, with the nodes
 // behind rawFS.
 func serve(mountpoint string, root gofs.InodeEmbedder, opts *gofs.Options, m *metrics.Set) (*fuse.Server, error) {
-	raw := &rawFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: m, mountpoint: mountpoint}
+	raw := newRawFS(gofs.NewNodeFS(root, opts), m, mountpoint)
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
@@ -65,75 +66,124 @@ type rawFS struct {
 	m          *metrics.Set
 	mountpoint string
 	dev        uint64 // the mount's device number (0: unknown)
+	inflight   inflight
 }
 
-// guard is one request's cancel channel as the nodes see it. Guards whose
-// watch never started go back to a pool, channel and timer with them, as
-// go-fuse reuses a request's channel unless it was closed.
-type guard struct {
-	timer *time.Timer // starts watch
+func newRawFS(bridge fuse.RawFileSystem, m *metrics.Set, mountpoint string) *rawFS {
+	r := &rawFS{RawFileSystem: bridge, m: m, mountpoint: mountpoint}
+	r.inflight.scanner = time.AfterFunc(time.Hour, r.inflight.scan)
+	r.inflight.scanner.Stop()
+	return r
+}
 
-	mu     sync.Mutex
+// guard is one request's cancel channel as the nodes see it. Guards no
+// watch took go back to a pool, channel with them, as go-fuse reuses a
+// request's channel unless it was closed.
+type guard struct {
 	fs     *rawFS
 	pid    uint32
 	kernel <-chan struct{} // go-fuse's, closed by an INTERRUPT
 	cancel chan struct{}   // the nodes', closed by a kill
-	ended  bool            // the request returned
-	done   chan struct{}   // closed when it returns, once watch runs
+
+	// Under inflight.mu:
+	prev, next *guard
+	done       chan struct{} // set when a watch takes the request; closed as it returns
 }
 
-var guards = sync.Pool{New: func() any {
-	g := &guard{cancel: make(chan struct{})}
-	g.timer = time.AfterFunc(time.Hour, g.watch)
-	g.timer.Stop()
-	return g
-}}
+var guards = sync.Pool{New: func() any { return &guard{cancel: make(chan struct{})} }}
+
+// inflight is a mount's guarded requests, a list that scan walks every
+// scanInterval while it is not empty or a request came since the last
+// scan: a stream of requests keeps the scan going from its own timer
+// rather than setting it again from a request.
+type inflight struct {
+	mu      sync.Mutex
+	head    *guard
+	armed   bool // scanner is set
+	came    bool // a request came since the last scan
+	scanner *time.Timer
+}
 
 func (r *rawFS) guard(kernel <-chan struct{}, caller fuse.Caller) *guard {
 	g := guards.Get().(*guard)
-	g.mu.Lock()
-	g.fs, g.pid, g.kernel, g.ended, g.done = r, caller.Pid, kernel, false, nil
-	g.mu.Unlock()
-	g.timer.Reset(watchAfter)
+	g.fs, g.pid, g.kernel = r, caller.Pid, kernel
+	l := &r.inflight
+	l.mu.Lock()
+	g.prev, g.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = g
+	}
+	l.head = g
+	l.came = true
+	if !l.armed {
+		l.armed = true
+		l.scanner.Reset(scanInterval)
+	}
+	l.mu.Unlock()
 	return g
 }
 
-// end, as the request returns, stops its watch.
+// end, as the request returns, takes it off the list and ends its watch.
 func (g *guard) end() {
-	if g.timer.Stop() {
-		g.kernel = nil
-		guards.Put(g) // the watch never started
+	l := &g.fs.inflight
+	l.mu.Lock()
+	if g.prev != nil {
+		g.prev.next = g.next
+	} else {
+		l.head = g.next
+	}
+	if g.next != nil {
+		g.next.prev = g.prev
+	}
+	g.prev, g.next = nil, nil
+	done := g.done
+	l.mu.Unlock()
+	if done != nil {
+		close(done) // the watch has g; it is not reused
 		return
 	}
-	g.mu.Lock()
-	g.ended = true
-	if g.done != nil {
-		close(g.done)
-	}
-	g.mu.Unlock()
+	g.kernel = nil
+	guards.Put(g)
 }
 
-// watch waits for the request's INTERRUPT, then cancels the request at
-// once if the caller is being killed or the connection is gone, and
-// otherwise looks again every killWatchInterval until the request returns.
-func (g *guard) watch() {
-	g.mu.Lock()
-	if g.ended {
-		g.mu.Unlock()
-		return
+// scan starts a watch of each request in flight that go-fuse has
+// cancelled (an INTERRUPT, or the connection's end), and comes again
+// while any are in flight.
+func (l *inflight) scan() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for g := l.head; g != nil; g = g.next {
+		if g.done == nil && closed(g.kernel) {
+			g.done = make(chan struct{})
+			go g.watch(g.done)
+		}
 	}
-	g.done = make(chan struct{})
-	done, kernel, pid, r := g.done, g.kernel, g.pid, g.fs
-	g.mu.Unlock()
+	if l.head != nil || l.came {
+		l.scanner.Reset(scanInterval)
+	} else {
+		l.armed = false
+	}
+	l.came = false
+}
+
+func closed(c <-chan struct{}) bool {
 	select {
-	case <-done:
-		return
-	case <-kernel:
+	case <-c:
+		return true
+	default:
+		return false
 	}
-	if !callerKilled(pid) {
-		conn := r.openConnection()
+}
+
+// watch, once go-fuse has cancelled the request, cancels it for the nodes
+// at once if the caller is being killed or the connection is gone, and
+// otherwise looks again every killWatchInterval until the request returns
+// (done).
+func (g *guard) watch(done <-chan struct{}) {
+	if !callerKilled(g.pid) {
+		conn := g.fs.openConnection()
 		defer conn.close()
-		for !callerKilled(pid) && !conn.gone() {
+		for !callerKilled(g.pid) && !conn.gone() {
 			select {
 			case <-done:
 				return

@@ -13,16 +13,7 @@ import (
 
 // testRawFS is a rawFS whose mountpoint is a plain directory, not a mount:
 // its connection is never gone.
-func testRawFS(t *testing.T) *rawFS { return &rawFS{mountpoint: t.TempDir()} }
-
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
+func testRawFS(t testing.TB) *rawFS { return newRawFS(nil, nil, t.TempDir()) }
 
 // A signal the caller handles (its INTERRUPT) does not cancel the request;
 // the watch leaves when the request returns.
@@ -32,59 +23,52 @@ func TestInterruptOfACallerNotKilledDoesNotCancel(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	kernel := make(chan struct{})
 	g := r.guard(kernel, fuse.Caller{Pid: uint32(syscall.Gettid())})
-	time.Sleep(2 * watchAfter) // the watch has started
 	close(kernel)
-	time.Sleep(killWatchInterval + killWatchInterval/2)
+	time.Sleep(scanInterval + killWatchInterval + killWatchInterval/2)
 	if closed(g.cancel) {
 		t.Fatal("an INTERRUPT of a caller not being killed cancelled its request")
 	}
 	g.end()
-	g.mu.Lock()
-	started := g.done != nil
-	g.mu.Unlock()
-	if !started {
-		t.Fatalf("no watch %v into the request", 2*watchAfter+killWatchInterval)
+	if g.done == nil {
+		t.Fatalf("no watch of the interrupted request %v after its INTERRUPT", scanInterval+killWatchInterval)
 	}
 }
 
 // An INTERRUPT of a caller that is gone (as a killed one soon is) cancels
-// the request at once, whether it comes before the watch starts or after.
+// the request within a scan.
 func TestInterruptOfACallerGoneCancels(t *testing.T) {
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
 	gone := fuse.Caller{Pid: uint32(cmd.Process.Pid)} // reaped
-	for _, early := range []bool{true, false} {
-		r := testRawFS(t)
-		kernel := make(chan struct{})
-		if early {
-			close(kernel)
-		}
-		g := r.guard(kernel, gone)
-		if !early {
-			time.Sleep(2 * watchAfter)
-			close(kernel)
-		}
-		select {
-		case <-g.cancel:
-		case <-time.After(killWatchInterval):
-			t.Fatalf("interrupt (before the watch: %v) of a caller that is gone: request not cancelled", early)
-		}
-		g.end()
+	r := testRawFS(t)
+	kernel := make(chan struct{})
+	g := r.guard(kernel, gone)
+	other := r.guard(make(chan struct{}), gone) // in flight, not interrupted
+	time.Sleep(scanInterval + scanInterval/2)   // a scan or so before
+	close(kernel)
+	select {
+	case <-g.cancel:
+	case <-time.After(5 * scanInterval):
+		t.Fatal("interrupt of a caller that is gone: request not cancelled")
 	}
+	if closed(other.cancel) {
+		t.Fatal("a request not interrupted was cancelled")
+	}
+	g.end()
+	other.end()
 }
 
-// A request that returns before watchAfter costs no watch.
-func TestShortRequestHasNoWatch(t *testing.T) {
+// The scan stops once no request is in flight.
+func TestScanStopsWhenIdle(t *testing.T) {
 	r := testRawFS(t)
-	g := r.guard(make(chan struct{}), fuse.Caller{Pid: uint32(os.Getpid())})
-	g.end()
-	time.Sleep(2 * watchAfter)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.done != nil {
-		t.Fatal("a watch started after the request returned")
+	r.guard(make(chan struct{}), fuse.Caller{Pid: uint32(os.Getpid())}).end()
+	time.Sleep(4 * scanInterval)
+	r.inflight.mu.Lock()
+	defer r.inflight.mu.Unlock()
+	if r.inflight.armed || r.inflight.head != nil {
+		t.Fatalf("scan armed %v, list %v, with no request in flight", r.inflight.armed, r.inflight.head)
 	}
 }
 
@@ -118,10 +102,10 @@ func TestConnectionOfAPlainDirectory(t *testing.T) {
 	}
 }
 
-// BenchmarkGuard is what every guarded request pays that returns before
-// its watch starts.
+// BenchmarkGuard is what every guarded request pays that no INTERRUPT
+// reaches.
 func BenchmarkGuard(b *testing.B) {
-	r := &rawFS{mountpoint: b.TempDir()}
+	r := testRawFS(b)
 	kernel := make(chan struct{})
 	for b.Loop() {
 		r.guard(kernel, fuse.Caller{}).end()

@@ -74,8 +74,11 @@ patched() {
 	CHECK_SUM=1 pristine "$v" "$1"
 	for p in "$PATCHES"/[0-9][0-9][0-9][0-9]-*.patch; do
 		# Outside a repository git apply is a strict patch(1): no fuzz.
-		(cd "$1" && GIT_DIR=/nonexistent git apply "$p") ||
-			die "$(basename "$p") does not apply to $MODULE $v"
+		if command -v git >/dev/null; then
+			(cd "$1" && GIT_DIR=/nonexistent git apply "$p")
+		else
+			patch -d "$1" -p1 --fuzz=0 --forward --no-backup-if-mismatch -s <"$p"
+		fi || die "$(basename "$p") does not apply to $MODULE $v"
 	done
 }
 

@@ -15,12 +15,12 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle test test-race demo bench bench-rdma bench-scaling fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
 help:
-	@echo "targets: deps bench-deps build build-static test test-race demo bench fmt fmt-check vet clean"
+	@echo "targets: deps bench-deps build build-static test test-race go-fuse-check go-fuse-test demo bench fmt fmt-check vet clean"
 	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'"
 
 # deps: what `make test` needs (versitygw, fusermount3).
@@ -78,18 +78,38 @@ posix-bundle: gpu-bundle bench-deps
 	@ls -la $(POSIX_BUNDLE)
 
 # Tests mount real FUSE filesystems against a real S3 server.
-# GOFUSE_PATCHED: the packages of the go-fuse copy whose patches have
-# tests of their own (third_party/go-fuse/PATCHES.md).
-GOFUSE_PATCHED := github.com/hanwen/go-fuse/v2/fuse
+#
+# third_party/go-fuse is go-fuse's release with the patch series in
+# third_party/go-fuse/patches applied (PATCHES.md there). go-fuse-check
+# fails if it is not what scripts/go-fuse-patch.sh writes; go-fuse-test
+# runs upstream's tests of fuse, fs and splice, with the series' own, on
+# the patched release (as root: the tests that need root run too; the
+# script mounts fusectl, without which TestAbort hangs, and skips TestAbort
+# and TestReconnectByFileHandle where it cannot).
+# GOFUSE_SKIP: upstream tests that cannot run here, by name (-skip), with why.
+# None in a plain run; under the race detector:
+# - TestForget drops the dentry cache and gives the kernel's FORGETs 10 ms to
+#   arrive; under the race detector on 2 CPUs they come later (thousands of
+#   nodes still live at the check, v2.12.1 unpatched as well).
+GOFUSE_SKIP      :=
+GOFUSE_RACE_SKIP := ^TestForget$$
 
-test: deps
-	$(GO) vet ./... $(GOFUSE_PATCHED)
-	$(GO) test -count=1 -p 2 -timeout 40m ./... $(GOFUSE_PATCHED)
+test: deps go-fuse-check
+	$(GO) vet ./...
+	$(GO) test -count=1 -p 2 -timeout 40m ./...
+	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test
 
 # test-race: the same under the race detector, less the fault and load
 # tests, whose timing bounds do not allow for its slowdown.
-test-race: deps
-	$(GO) test -race -count=1 -p 2 -timeout 40m -skip 'Fault|Load' ./... $(GOFUSE_PATCHED)
+test-race: deps go-fuse-check
+	$(GO) test -race -count=1 -p 2 -timeout 40m -skip 'Fault|Load' ./...
+	GOFUSE_SKIP='$(GOFUSE_RACE_SKIP)' GOFUSE_TEST_FLAGS=-race scripts/go-fuse-patch.sh test
+
+go-fuse-check:
+	scripts/go-fuse-patch.sh check
+
+go-fuse-test:
+	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test
 
 demo: build
 	./$(BIN) demo $(DEMO_FLAGS)

@@ -132,8 +132,7 @@ func Start(cfg Config) (*Daemon, error) {
 			w := server.RequestWaits()
 			return metrics.FuseRequestWaits{Polled: w.Polled, Slept: w.Slept, Blocked: w.Blocked,
 				InterruptsFound: w.InterruptsFound, InterruptsRequeued: w.InterruptsRequeued,
-				WokenBesidePollers: w.WokenBesidePollers,
-				ReadReplies:        w.ReadReplies, ReadReplySeconds: w.ReadReplyTime.Seconds()}
+				WokenBesidePollers: w.WokenBesidePollers}
 		})
 		err = d.server.WaitMount()
 	}

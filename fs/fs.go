@@ -91,11 +91,7 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			// from a pipe the socket's bytes were spliced into.
 			DisableSplice: !cfg.Splice,
 			PollRequests:  opts.PollRequests,
-			// A signal the reader handles does not fail its read with
-			// EINTR, as a regular file's read never does; a kill ends
-			// the read at once (docs/architecture.md, "Interrupts").
-			CancelOnlyKilled: true,
-			Debug:            opts.Debug,
+			Debug:         opts.Debug,
 		},
 		EntryTimeout:    &entryTTL,
 		AttrTimeout:     &entryTTL,
@@ -104,7 +100,9 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 		GID:             opts.GID,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: syscall.S_IFDIR},
 	}
-	return gofs.Mount(mountpoint, root, fopts)
+	// Only a kill interrupts a request (interrupt.go); READ replies are
+	// timed (replies.go).
+	return serve(mountpoint, root, fopts, m)
 }
 
 // dirNode is a bucket, a prefix, or the top of a mount of every bucket.

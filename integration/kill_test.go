@@ -1,14 +1,18 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
@@ -111,4 +115,104 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		killAndWait(t, dd, "after a handled signal")
 	})
+}
+
+// When the mount's connection is aborted (echo 1 >
+// /sys/fs/fuse/connections/N/abort), the kernel answers every caller
+// itself and go-fuse closes every request's cancel channel: a read that
+// kept going after a signal its reader handled stops too, rather than
+// when the store answers, even though the reader lives on, so that
+// unmounting, which waits for the daemon's requests to return, ends at
+// once.
+func TestAnAbortedMountEndsAHandledRead(t *testing.T) {
+	requireFusectl(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 66 << 20 // direct I/O: the read is a request
+	srv.PutRandomObject(t, "data", "slow.bin", size, 40)
+	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{
+		Seed: 4, Rate: 1, Kinds: []faultproxy.Kind{faultproxy.StallHeaders}, StallFor: time.Minute,
+		Match: func(r *http.Request) bool { return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "slow") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	const stallGuard = 2 * time.Second // a stalled GET is given up and retried after this
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.S3.Endpoint = proxy.URL
+		c.Core.ReadTimeout = stallGuard
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(mp, &st); err != nil {
+		t.Fatal(err)
+	}
+	abort := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(st.Dev))
+	eintr := func() float64 { return metricAt(t, d, "posix_read_errors_total", "EINTR") }
+	e0 := eintr()
+	f, err := os.Open(filepath.Join(mp, "slow.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The reader is a thread of this process, which lives on after its
+	// read fails (a dd would exit, and a caller that is gone counts as
+	// killed).
+	tids, errs, release := make(chan int, 1), make(chan error, 1), make(chan struct{})
+	defer close(release)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- syscall.Gettid()
+		_, err := f.ReadAt(make([]byte, 1<<20), 0)
+		errs <- err
+		<-release
+	}()
+	tid := <-tids
+	time.Sleep(300 * time.Millisecond) // inside its read, which waits for the stalled GET
+	// SIGURG: the Go runtime's own preemption signal, which it handles.
+	if err := syscall.Tgkill(os.Getpid(), tid, syscall.SIGURG); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-errs:
+		t.Fatalf("the read ended before the abort: %v", err)
+	default:
+	}
+	aborted := time.Now()
+	if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err == nil {
+		t.Fatal("a read through an aborted mount got no error")
+	}
+	f.Close() // else the mount is busy
+	if err := d.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(aborted)
+	t.Logf("unmounted %v after the abort", took)
+	if took > stallGuard/2 {
+		t.Fatalf("unmounting an aborted mount took %v: the read its reader's signal had left going waited for the store", took)
+	}
+	if e := eintr() - e0; e != 1 {
+		t.Fatalf("%v reads ended with EINTR, want the one the abort cancelled", e)
+	}
+}
+
+// requireFusectl skips the test unless FUSE connections can be aborted
+// through /sys/fs/fuse/connections (the fusectl filesystem, which root may
+// mount there).
+func requireFusectl(t *testing.T) {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	const fusectlMagic = 0x65735543 // FUSE_CTL_SUPER_MAGIC
+	var fs unix.Statfs_t
+	if unix.Statfs("/sys/fs/fuse/connections", &fs) == nil && fs.Type == fusectlMagic {
+		return
+	}
+	if err := unix.Mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, ""); err != nil {
+		t.Skipf("no fusectl at /sys/fs/fuse/connections: %v", err)
+	}
 }

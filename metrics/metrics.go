@@ -85,25 +85,22 @@ type Set struct {
 	// request while another thread polled /dev/fuse.
 	FuseWokenBesidePollers prometheus.CounterFunc
 	// FuseReadReplies and FuseReadReplySeconds count READ requests
-	// answered and the time from reading each off /dev/fuse to having
-	// written its reply.
-	FuseReadReplies, FuseReadReplySeconds prometheus.CounterFunc
+	// answered and the time from go-fuse's call of the adapter's READ
+	// handler to the end of its reply's write (fs/replies.go).
+	FuseReadReplies, FuseReadReplySeconds prometheus.Counter
 
 	importsOpen  atomic.Pointer[func() float64]
 	fuseRequests atomic.Pointer[func() FuseRequestWaits]
 }
 
 // FuseRequestWaits is how many FUSE requests a daemon thread found while
-// polling /dev/fuse, after sleeping in ppoll, or in a blocking read, and
-// how many INTERRUPT requests found their request or were requeued, how
-// many threads were woken from ppoll while another polled, and how long
-// READ requests took from their read off the device to their reply.
+// polling /dev/fuse, after sleeping in ppoll, or in a blocking read, how
+// many INTERRUPT requests found their request or were requeued, and how
+// many threads were woken from ppoll while another polled.
 type FuseRequestWaits struct {
 	Polled, Slept, Blocked              uint64
 	InterruptsFound, InterruptsRequeued uint64
 	WokenBesidePollers                  uint64
-	ReadReplies                         uint64
-	ReadReplySeconds                    float64
 }
 
 // ReportFuseRequests sets where s3gdsfs_fuse_requests_total is read at
@@ -268,12 +265,13 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.FuseWokenBesidePollers = fuseCounter("s3gdsfs_fuse_wakeups_beside_pollers_total",
 		"Daemon threads woken from ppoll by a FUSE request while another thread polled /dev/fuse (--fuse-poll): wake-ups not needed, each paid by the caller that sent the request inside its syscall.",
 		nil, func(w FuseRequestWaits) float64 { return float64(w.WokenBesidePollers) })
-	s.FuseReadReplies = fuseCounter("s3gdsfs_fuse_read_replies_total",
-		"FUSE READ requests the daemon answered.",
-		nil, func(w FuseRequestWaits) float64 { return float64(w.ReadReplies) })
-	s.FuseReadReplySeconds = fuseCounter("s3gdsfs_fuse_read_reply_seconds_total",
-		"Time from reading each FUSE READ request off /dev/fuse to having written its reply, the copy of a spliced reply into the caller's memory included and what follows the write (a spliced reader's next reply filled ahead) not: the daemon's share of a read's time.",
-		nil, func(w FuseRequestWaits) float64 { return w.ReadReplySeconds })
+	s.FuseReadReplies = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_fuse_read_replies_total", Help: "FUSE READ requests the daemon answered.",
+	})
+	s.FuseReadReplySeconds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_fuse_read_reply_seconds_total",
+		Help: "Time from go-fuse's call of the daemon's READ handler to the end of the reply's write, the copy of a spliced reply into the caller's memory included and what follows the write (a spliced reader's next reply filled ahead) not: the daemon's share of a read's time, less go-fuse's parsing of the request.",
+	})
 	s.GPUBytesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_gpu_bytes_in_flight", Help: "Bytes of GPU reads requested and not yet in device memory.",
 	})

@@ -191,14 +191,6 @@ type MountOptions struct {
 	// wake-up cost a direct-I/O reader about a third of its rate.
 	PollRequests time.Duration
 
-	// CancelOnlyKilled, if set, makes an INTERRUPT cancel its request
-	// only when the caller is being killed (s3gdsfs patch; see
-	// PATCHES.md), as NFS lets only SIGKILL interrupt an operation: a
-	// signal the caller handles then does not fail its read with EINTR,
-	// which programs rarely expect of a regular file. A caller killed
-	// later is noticed within 50 ms.
-	CancelOnlyKilled bool
-
 	// CongestionThreshold is the in-flight async-request count at which
 	// the kernel marks the FUSE backing-dev as congested, throttling new
 	// submissions. It corresponds to

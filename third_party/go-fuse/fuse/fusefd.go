@@ -9,7 +9,6 @@ import (
 	"os"
 	"sync"
 	"syscall"
-	"time"
 	"unsafe"
 )
 
@@ -47,13 +46,11 @@ type fuseFD struct {
 	// For MountOptions.PollRequests (s3gdsfs patch): pollSetup sets
 	// O_NONBLOCK once; watch says which goroutines watch the device
 	// (polling it, or asleep in ppoll) and which wait for a turn; waits
-	// counts requests by how they were waited for, replies how long READs
-	// took from their read off the device to their reply's write.
+	// counts requests by how they were waited for.
 	pollSetup    sync.Once
 	pollSetupErr error
 	watch        deviceWatch
 	waits        requestWaitCounts
-	replies      replyTimes
 
 	// Accounting constants, set once at server construction.
 	reqAllocBytes int
@@ -143,7 +140,6 @@ func (r *fuseFD) readRequest(served bool) (req *requestAlloc, code Status) {
 		return nil, ToStatus(err)
 	}
 
-	req.startTime = time.Now() // s3gdsfs patch: replyTimes
 	r.reqMu.Lock()
 	defer r.reqMu.Unlock()
 	gobbled := req.setInput(dest[:n])

@@ -17,7 +17,6 @@ func (r *fuseFD) write(req *request) Status {
 	}
 	if req.readResult != nil {
 		defer func() {
-			r.noteReply(req) // s3gdsfs patch: replyTimes
 			req.readResult.Done()
 			req.readResult = nil
 		}()

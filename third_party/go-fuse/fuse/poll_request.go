@@ -5,7 +5,6 @@ package fuse
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // RequestWaits counts the requests read from the device by how the
@@ -19,20 +18,13 @@ type RequestWaits struct {
 	Blocked uint64
 	// InterruptsFound are INTERRUPT requests (a signal to a caller
 	// inside a request) that found their request; InterruptsRequeued
-	// came before it was handled and were answered EAGAIN, which makes
+	// did not find it in time and were answered EAGAIN, which makes
 	// the kernel send them again at once.
 	InterruptsFound, InterruptsRequeued uint64
 	// WokenBesidePollers are goroutines woken from ppoll(2) by a request
 	// while another goroutine polled the device: a wake-up not needed,
 	// which the caller that sent the request paid inside its syscall.
 	WokenBesidePollers uint64
-	// ReadReplies are the READ requests answered, and ReadReplyTime the
-	// time from reading each off the device to having written its reply
-	// (for a spliced reply, its copy into the caller's memory included):
-	// the daemon's share of a read's time. The rest is the kernel's and
-	// the caller's (for a reader waiting on each reply, its wake-up).
-	ReadReplies   uint64
-	ReadReplyTime time.Duration
 }
 
 type requestWaitCounts struct{ polled, slept, blocked, wokenBesidePollers atomic.Uint64 }
@@ -50,30 +42,7 @@ func (ms *Server) RequestWaits() RequestWaits {
 	w := &ms.fuseFD.waits
 	return RequestWaits{Polled: w.polled.Load(), Slept: w.slept.Load(), Blocked: w.blocked.Load(),
 		InterruptsFound: ms.interruptsFound.Load(), InterruptsRequeued: ms.interruptsRequeued.Load(),
-		WokenBesidePollers: w.wokenBesidePollers.Load(),
-		ReadReplies:        ms.fuseFD.replies.count.Load(), ReadReplyTime: time.Duration(ms.fuseFD.replies.nanos.Load())}
-}
-
-// replyTimes sums how long READ requests took from their read off the
-// device to their reply's write.
-type replyTimes struct{ count, nanos atomic.Uint64 }
-
-// noteReply notes a READ's reply time, once: as its write returns, before
-// the read result's Done, whose own work (the result may prepare the next
-// reply there) is not the reply's.
-func (r *fuseFD) noteReply(req *request) {
-	if req.inHeader().Opcode == _OP_READ {
-		r.replies.note(req.startTime)
-		req.startTime = time.Time{}
-	}
-}
-
-func (t *replyTimes) note(read time.Time) {
-	if read.IsZero() {
-		return
-	}
-	t.count.Add(1)
-	t.nanos.Add(uint64(time.Since(read)))
+		WokenBesidePollers: w.wokenBesidePollers.Load()}
 }
 
 // deviceWatch says who watches the device for requests when

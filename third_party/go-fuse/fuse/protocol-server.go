@@ -51,11 +51,9 @@ type protocolServer struct {
 	retrieveTab  map[uint64]*retrieveCacheRequest // notifyUnique -> retrieve request
 }
 
-// handleRequest leaves req among the requests in flight: its caller drops
-// it (dropInflight) once the reply is written (s3gdsfs patch, PATCHES.md),
-// so that an INTERRUPT that comes while a long reply is being written
-// finds it instead of being answered EAGAIN and sent again at once, over
-// and over, until the write ends.
+// handleRequest registers req as in flight. The caller must call
+// dropInflight once the reply is written, so an INTERRUPT that comes
+// while the reply is written still finds the request.
 func (ms *protocolServer) handleRequest(h *operationHandler, req *request) {
 	ms.addInflight(req)
 
@@ -150,73 +148,30 @@ func (ms *protocolServer) dropInflight(req *request) {
 }
 
 // interruptWait is how long an INTERRUPT waits for its request to be
-// handled (s3gdsfs patch, PATCHES.md). An interrupt can come before the
-// goroutine that read its request has registered it; answered EAGAIN at
-// once, the kernel sends it again at once, and the goroutines reading it
-// over and over can keep the one that would register the request off the
-// CPUs (a test of s3gdsfs counted 4616 for 21 interrupts). The kernel's
-// documentation (Documentation/filesystems/fuse.rst, "Interrupting
-// filesystem operations") asks for such a wait; 200 us still let a dozen
-// be requeued on a busy machine. It is spent in full only by an interrupt
-// whose request was answered just before it came.
+// registered before it is answered EAGAIN. The kernel can send the
+// INTERRUPT before the goroutine that read the request has called
+// addInflight; it answers EAGAIN by queueing the INTERRUPT again ahead
+// of every other request, so without a wait the reader goroutines can
+// spin on it while the request's own goroutine waits for a CPU. See
+// "Interrupting filesystem operations" in
+// Documentation/filesystems/fuse.rst.
 const interruptWait = time.Millisecond
 
 func (ms *protocolServer) interruptRequest(unique uint64) Status {
 	var deadline time.Time
 	for {
-		pid, ok := ms.inflightCaller(unique)
-		if ok {
+		if ms.cancelInflight(unique) {
 			ms.interruptsFound.Add(1)
-			if ms.opts.CancelOnlyKilled && !callerKilled(pid) {
-				go ms.cancelWhenKilled(unique, pid)
-			} else {
-				ms.cancelInflight(unique)
-			}
 			return OK
 		}
 		if now := time.Now(); deadline.IsZero() {
 			deadline = now.Add(interruptWait)
 		} else if now.After(deadline) {
-			// Answered already, or not yet read from the device.
 			ms.interruptsRequeued.Add(1)
 			return EAGAIN
 		}
-		runtime.Gosched() // let the request's goroutine run
+		runtime.Gosched() // let the request's goroutine register it
 	}
-}
-
-// killWatchInterval is how often cancelWhenKilled looks at the caller.
-const killWatchInterval = 50 * time.Millisecond
-
-// cancelWhenKilled cancels request unique if its caller is killed before
-// it is answered (MountOptions.CancelOnlyKilled). The kernel sends one
-// INTERRUPT per request: a kill that follows a signal the caller handles
-// sends none, and the caller waits for the answer, so the daemon watches
-// it.
-func (ms *protocolServer) cancelWhenKilled(unique uint64, pid uint32) {
-	for {
-		time.Sleep(killWatchInterval)
-		if _, ok := ms.inflightCaller(unique); !ok {
-			return
-		}
-		if callerKilled(pid) {
-			ms.cancelInflight(unique)
-			return
-		}
-	}
-}
-
-// inflightCaller is the caller of the request in flight with this unique
-// ID, if there is one not yet interrupted.
-func (ms *protocolServer) inflightCaller(unique uint64) (pid uint32, ok bool) {
-	ms.interruptMu.Lock()
-	defer ms.interruptMu.Unlock()
-	for _, inflight := range ms.reqInflight {
-		if unique == inflight.inHeader().Unique && !inflight.interrupted {
-			return inflight.inHeader().Caller.Pid, true
-		}
-	}
-	return 0, false
 }
 
 // cancelInflight cancels the request in flight with this unique ID, if

@@ -521,12 +521,11 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 		req.bufferPoolOutputBuf = req.outPayload
 	}
 	ms.protocolServer.handleRequest(h, &req.request)
-	defer ms.protocolServer.dropInflight(&req.request) // s3gdsfs patch: after the reply's write
+	defer ms.protocolServer.dropInflight(&req.request)
 	if req.suppressReply {
 		return OK
 	}
 	errno := ms.fuseFD.write(&req.request)
-	ms.fuseFD.noteReply(&req.request) // s3gdsfs patch: replyTimes, unless write did
 	if errno != 0 {
 		// Ignore ENOENT for INTERRUPT responses which
 		// indicates that the referred request is no longer

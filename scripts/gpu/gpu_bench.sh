@@ -82,7 +82,7 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 
 for peer in ${PEERS:-kvikio s3torchconnector boto3}; do
-  python3 scripts/gpu/peers.py --peer "$peer" --endpoint $EP --bucket bench --manifest "$OUT/big.json" \
+  KVIKIO_NTHREADS=$THREADS python3 scripts/gpu/peers.py --peer "$peer" --endpoint $EP --bucket bench --manifest "$OUT/big.json" \
     --procs "$FEW" --threads $THREADS --seconds "$SECS" --out "$OUT/peer-$peer.json" || echo "peer $peer: failed"
 done
 

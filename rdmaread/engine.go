@@ -50,7 +50,7 @@ type Config struct {
 	Retries     int
 }
 
-// Defaults; docs/benchmarks.md gives the measurements behind them. Slots
+// Defaults (docs/benchmarks.md, "GPU: parts by load and slots of their own"). Slots
 // are small and each GET's copier cycles through two of its own, so the
 // bytes a GET reads land in memory still in the CPU's cache; the ring holds
 // enough of them for every operation in flight to have its two.

@@ -3,6 +3,7 @@ package vfs
 import (
 	"context"
 	"sort"
+	"strings"
 
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -65,14 +66,26 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 		d.f.log.Warn("listing failed", "bucket", d.dir.Bucket, "prefix", d.dir.Key, "err", err)
 		return nil, err
 	}
+	if page.Next != "" && page.Next == d.next {
+		// A server that hands back the token it was sent would list the
+		// same page for ever: end the listing here.
+		d.f.log.Warn("listing repeats its continuation token; ending it", "bucket", d.dir.Bucket, "prefix", d.dir.Key)
+		page.Next = ""
+	}
 	d.next = page.Next
 	d.done = page.Next == ""
+	return d.decode(page), nil
+}
 
+// decode turns one page into the entries it shows now (files may be held
+// back for a later page, see held). Whatever the server sent, it never
+// fails: a key or prefix that cannot be a name here is skipped and counted.
+func (d *DirReader) decode(page objstore.Page) []Entry {
 	// Objects and prefixes come as two lists; merge them in key order so a
 	// held file can be released as soon as the listing passes "name/".
 	type item struct {
 		key string
-		obj *objstore.Object
+		obj *objstore.Object // nil for a common prefix
 	}
 	items := make([]item, 0, len(page.Objects)+len(page.Prefixes))
 	for i := range page.Objects {
@@ -81,14 +94,26 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 	for _, p := range page.Prefixes {
 		items = append(items, item{key: p})
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].key < items[j].key })
+	sort.SliceStable(items, func(i, j int) bool { return items[i].key < items[j].key })
 
 	var out []Entry
 	for _, it := range items {
 		out = d.release(out, it.key)
+		if !strings.HasPrefix(it.key, d.dir.Key) {
+			// Not under the listed prefix: a server off the spec.
+			d.f.noteSkipped(d.dir.Bucket, it.key, skipOutsidePrefix)
+			continue
+		}
 		name, isDir, ok := childName(d.dir.Key, it.key)
 		if !ok {
 			continue // the directory's own marker object
+		}
+		if it.obj == nil && !isDir {
+			// A common prefix must end in the delimiter; one that does
+			// not (a server off the spec) names neither a directory nor
+			// an object.
+			d.f.noteSkipped(d.dir.Bucket, it.key, skipBadPrefix)
+			continue
 		}
 		if reason := nameProblem(name); reason != "" {
 			d.f.noteSkipped(d.dir.Bucket, it.key, reason)
@@ -111,7 +136,7 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 		d.f.meta.Put(e.Path(), e)
 		out = append(out, e)
 	}
-	return out, nil
+	return out
 }
 
 // release emits held files that no directory can shadow any more: the

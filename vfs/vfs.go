@@ -407,6 +407,13 @@ func (f *FS) resolve(ctx context.Context, child Entry) (Entry, error) {
 	return Entry{}, st.err
 }
 
+// Forget drops what the core has cached about the object at key, so that
+// the next lookup of its name asks the store: after a read found it
+// replaced (ESTALE).
+func (f *FS) Forget(bucket, key string) {
+	f.meta.Invalidate(Entry{Bucket: bucket, Key: key}.Path())
+}
+
 // ErrNotDir is returned for directory operations on a file (ENOTDIR).
 var ErrNotDir = errno.New(syscall.ENOTDIR, "not a directory")
 

@@ -20,18 +20,42 @@ type DirReader struct {
 	// held is a file that a directory of the same name may still shadow: its
 	// prefix "name/" sorts after keys like "name-x", possibly on a later page.
 	held []Entry
+	// all is what the listing has shown, kept for the listings cache;
+	// noKeep once it grew past the cache's bound, or was put there.
+	all    []Entry
+	noKeep bool
+	// cached is the listing being served from the cache, nil otherwise.
+	cached []Entry
 }
 
+// cachedBatch is how many cached entries one Next returns.
+const cachedBatch = 1000
+
 // ReadDir starts a listing of dir.
+// A directory listed whole within --meta-ttl is served from that listing
+// (listings.go), without a request.
 func (f *FS) ReadDir(dir Entry) *DirReader {
+	if ls := f.listed.get(dir.Path()); ls != nil {
+		f.m.MetaCacheHits.WithLabelValues("positive").Inc()
+		return &DirReader{f: f, dir: dir, done: true, cached: ls.entries}
+	}
 	return &DirReader{f: f, dir: dir, seen: make(map[string]struct{})}
 }
 
 // Next returns the next batch of entries; an empty batch with a nil error
 // means the listing is complete.
 func (d *DirReader) Next(ctx context.Context) ([]Entry, error) {
+	if d.seen == nil { // from the cache
+		n := min(len(d.cached), cachedBatch)
+		out := d.cached[:n:n]
+		d.cached = d.cached[n:]
+		return out, nil
+	}
 	for !d.done {
 		out, err := d.page(ctx)
+		if err == nil {
+			d.keep(out)
+		}
 		if err != nil || len(out) > 0 {
 			return out, err
 		}
@@ -41,7 +65,26 @@ func (d *DirReader) Next(ctx context.Context) ([]Entry, error) {
 	for _, e := range out {
 		d.emitFile(e)
 	}
+	d.keep(out)
+	if !d.noKeep {
+		// Complete: the directory's names for --meta-ttl.
+		d.f.listed.put(d.dir.Path(), d.all)
+		d.noKeep = true // once
+		d.all = nil
+	}
 	return out, nil
+}
+
+// keep adds shown entries to the listing to be cached.
+func (d *DirReader) keep(out []Entry) {
+	if d.noKeep {
+		return
+	}
+	if len(d.all)+len(out) > d.f.listed.max {
+		d.all, d.noKeep = nil, true
+		return
+	}
+	d.all = append(d.all, out...)
 }
 
 func (d *DirReader) page(ctx context.Context) ([]Entry, error) {

@@ -218,6 +218,22 @@ func (f *fileNode) fillAttr(a *fuse.Attr) {
 	a.SetTimes(&mt, &mt, &mt)
 }
 
+// forgetName drops the kernel's entry for the file's name after a read
+// found the object replaced (the core has dropped its own): the kernel
+// would otherwise open the old version's inode again, and fail again, until
+// the entry's TTL (--meta-ttl) ran out. The next open looks the name up and
+// gets the new version's inode. The read waits for it, so that an open
+// after the failed read already sees the new version.
+func (f *fileNode) forgetName() {
+	name, parent := f.Parent()
+	if parent == nil {
+		return
+	}
+	if en := parent.NotifyEntry(name); en != 0 && en != syscall.ENOENT {
+		f.mount.core.Logger().Warn("could not drop the kernel's entry of a replaced object", "name", name, "errno", en)
+	}
+}
+
 func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	f.fillAttr(&out.Attr)
 	return 0
@@ -263,6 +279,9 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 	if err != nil {
 		en := errno(err)
 		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
+		if en == syscall.ESTALE {
+			fh.node.forgetName()
+		}
 		return nil, en
 	}
 	stats := &fh.node.stats

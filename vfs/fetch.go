@@ -225,7 +225,7 @@ func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []
 	if err != nil && done < len(blks) {
 		if errors.Is(err, objstore.ErrChanged) {
 			fe.f.m.ChangedReads.Inc()
-			fe.f.meta.Invalidate(Entry{Bucket: o.bucket, Key: o.key}.Path())
+			fe.f.Forget(o.bucket, o.key)
 		}
 		fe.f.log.Warn("ranged GET failed", "bucket", o.bucket, "key", o.key,
 			"offset", (first+int64(done))*bs, "err", err)

@@ -116,6 +116,11 @@ func (h *Handle) DirectIO() bool { return h.directIO }
 func (h *Handle) Read(ctx context.Context, off int64, n int) (Reply, error) {
 	for _, r := range h.readers {
 		if rep, err := r.read(ctx, off, n); err != errFallBack {
+			if errors.Is(err, objstore.ErrChanged) {
+				// The name now holds another version: the next lookup
+				// must ask the store again.
+				h.f.Forget(h.obj.bucket, h.obj.key)
+			}
 			return rep, err
 		}
 	}

@@ -9,6 +9,10 @@ const (
 	skipTooLong      = "too_long"
 	skipBadByte      = "bad_byte"
 	skipShadowed     = "shadowed_by_directory"
+	// A server off the spec: a common prefix without the delimiter at its
+	// end, or a key outside the prefix listed.
+	skipBadPrefix     = "bad_prefix"
+	skipOutsidePrefix = "outside_prefix"
 )
 
 // maxNameLen is Linux's NAME_MAX.

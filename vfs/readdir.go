@@ -3,6 +3,7 @@ package vfs
 import (
 	"context"
 	"sort"
+	"strings"
 
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -19,18 +20,42 @@ type DirReader struct {
 	// held is a file that a directory of the same name may still shadow: its
 	// prefix "name/" sorts after keys like "name-x", possibly on a later page.
 	held []Entry
+	// all is what the listing has shown, kept for the listings cache;
+	// noKeep once it grew past the cache's bound, or was put there.
+	all    []Entry
+	noKeep bool
+	// cached is the listing being served from the cache, nil otherwise.
+	cached []Entry
 }
 
+// cachedBatch is how many cached entries one Next returns.
+const cachedBatch = 1000
+
 // ReadDir starts a listing of dir.
+// A directory listed whole within --meta-ttl is served from that listing
+// (listings.go), without a request.
 func (f *FS) ReadDir(dir Entry) *DirReader {
+	if ls := f.listed.get(dir.Path()); ls != nil {
+		f.m.MetaCacheHits.WithLabelValues("positive").Inc()
+		return &DirReader{f: f, dir: dir, done: true, cached: ls.entries}
+	}
 	return &DirReader{f: f, dir: dir, seen: make(map[string]struct{})}
 }
 
 // Next returns the next batch of entries; an empty batch with a nil error
 // means the listing is complete.
 func (d *DirReader) Next(ctx context.Context) ([]Entry, error) {
+	if d.seen == nil { // from the cache
+		n := min(len(d.cached), cachedBatch)
+		out := d.cached[:n:n]
+		d.cached = d.cached[n:]
+		return out, nil
+	}
 	for !d.done {
 		out, err := d.page(ctx)
+		if err == nil {
+			d.keep(out)
+		}
 		if err != nil || len(out) > 0 {
 			return out, err
 		}
@@ -40,7 +65,26 @@ func (d *DirReader) Next(ctx context.Context) ([]Entry, error) {
 	for _, e := range out {
 		d.emitFile(e)
 	}
+	d.keep(out)
+	if !d.noKeep {
+		// Complete: the directory's names for --meta-ttl.
+		d.f.listed.put(d.dir.Path(), d.all)
+		d.noKeep = true // once
+		d.all = nil
+	}
 	return out, nil
+}
+
+// keep adds shown entries to the listing to be cached.
+func (d *DirReader) keep(out []Entry) {
+	if d.noKeep {
+		return
+	}
+	if len(d.all)+len(out) > d.f.listed.max {
+		d.all, d.noKeep = nil, true
+		return
+	}
+	d.all = append(d.all, out...)
 }
 
 func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
@@ -65,14 +109,26 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 		d.f.log.Warn("listing failed", "bucket", d.dir.Bucket, "prefix", d.dir.Key, "err", err)
 		return nil, err
 	}
+	if page.Next != "" && page.Next == d.next {
+		// A server that hands back the token it was sent would list the
+		// same page for ever: end the listing here.
+		d.f.log.Warn("listing repeats its continuation token; ending it", "bucket", d.dir.Bucket, "prefix", d.dir.Key)
+		page.Next = ""
+	}
 	d.next = page.Next
 	d.done = page.Next == ""
+	return d.decode(page), nil
+}
 
+// decode turns one page into the entries it shows now (files may be held
+// back for a later page, see held). Whatever the server sent, it never
+// fails: a key or prefix that cannot be a name here is skipped and counted.
+func (d *DirReader) decode(page objstore.Page) []Entry {
 	// Objects and prefixes come as two lists; merge them in key order so a
 	// held file can be released as soon as the listing passes "name/".
 	type item struct {
 		key string
-		obj *objstore.Object
+		obj *objstore.Object // nil for a common prefix
 	}
 	items := make([]item, 0, len(page.Objects)+len(page.Prefixes))
 	for i := range page.Objects {
@@ -81,14 +137,26 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 	for _, p := range page.Prefixes {
 		items = append(items, item{key: p})
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].key < items[j].key })
+	sort.SliceStable(items, func(i, j int) bool { return items[i].key < items[j].key })
 
 	var out []Entry
 	for _, it := range items {
 		out = d.release(out, it.key)
+		if !strings.HasPrefix(it.key, d.dir.Key) {
+			// Not under the listed prefix: a server off the spec.
+			d.f.noteSkipped(d.dir.Bucket, it.key, skipOutsidePrefix)
+			continue
+		}
 		name, isDir, ok := childName(d.dir.Key, it.key)
 		if !ok {
 			continue // the directory's own marker object
+		}
+		if it.obj == nil && !isDir {
+			// A common prefix must end in the delimiter; one that does
+			// not (a server off the spec) names neither a directory nor
+			// an object.
+			d.f.noteSkipped(d.dir.Bucket, it.key, skipBadPrefix)
+			continue
 		}
 		if reason := nameProblem(name); reason != "" {
 			d.f.noteSkipped(d.dir.Bucket, it.key, reason)
@@ -111,7 +179,7 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 		d.f.meta.Put(e.Path(), e)
 		out = append(out, e)
 	}
-	return out, nil
+	return out
 }
 
 // release emits held files that no directory can shadow any more: the

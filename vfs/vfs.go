@@ -256,6 +256,7 @@ type FS struct {
 	log    *slog.Logger
 	m      *metrics.Set
 	meta   *cache.MetaCache[Entry]
+	listed *listings // complete listings of directories
 	blocks *cache.Store
 	fetch  *fetcher
 
@@ -285,6 +286,7 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		log:     log,
 		m:       m,
 		meta:    cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
+		listed:  newListings(cfg.MetaTTL, min(cfg.MetaEntries, maxListedEntries)),
 		blocks:  blocks,
 		skipped: make(map[string]struct{}),
 		readers: make(map[string][]*Handle),
@@ -332,9 +334,11 @@ func (f *FS) Root() Entry {
 
 func (f *FS) isTop(dir Entry) bool { return dir.Bucket == "" }
 
-// Lookup resolves name in dir without listing the whole prefix: a HEAD of
-// the key and a one-key listing of key/ run together. When both exist, the
-// directory wins and the object is hidden (docs/architecture.md).
+// Lookup resolves name in dir without listing the whole prefix: from the
+// metadata cache, or from dir's listing when it was listed whole within
+// --meta-ttl, or else by a HEAD of the key and a one-key listing of key/
+// run together. When both exist, the directory wins and the object is
+// hidden (docs/architecture.md).
 func (f *FS) Lookup(ctx context.Context, dir Entry, name string) (Entry, error) {
 	if !dir.Dir {
 		return Entry{}, fmt.Errorf("%s: %w", dir.Path(), ErrNotDir)
@@ -353,6 +357,16 @@ func (f *FS) Lookup(ctx context.Context, dir Entry, name string) (Entry, error) 
 			return Entry{}, objstore.ErrNotFound
 		}
 		f.m.MetaCacheHits.WithLabelValues("positive").Inc()
+		return e, nil
+	}
+	// A directory listed whole within --meta-ttl knows its names.
+	if e, found, ok := f.listed.lookup(dir.Path(), name); ok {
+		if !found {
+			f.m.MetaCacheHits.WithLabelValues("negative").Inc()
+			return Entry{}, objstore.ErrNotFound
+		}
+		f.m.MetaCacheHits.WithLabelValues("positive").Inc()
+		f.meta.Put(cacheKey, e)
 		return e, nil
 	}
 	f.m.MetaCacheMisses.Inc()
@@ -405,6 +419,15 @@ func (f *FS) resolve(ctx context.Context, child Entry) (Entry, error) {
 		return Entry{}, listErr
 	}
 	return Entry{}, st.err
+}
+
+// Forget drops what the core has cached about the object at key, so that
+// the next lookup of its name asks the store: after a read found it
+// replaced (ESTALE).
+func (f *FS) Forget(bucket, key string) {
+	f.meta.Invalidate(Entry{Bucket: bucket, Key: key}.Path())
+	parent := key[:strings.LastIndexByte(key, '/')+1]
+	f.listed.drop(Entry{Bucket: bucket, Key: parent}.Path())
 }
 
 // ErrNotDir is returned for directory operations on a file (ENOTDIR).

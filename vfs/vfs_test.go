@@ -415,3 +415,59 @@ func TestPrefetchShortOfMemoryReportsWhereItStopped(t *testing.T) {
 		t.Fatalf("with memory for two blocks the handle expects blocks up to %d, want at most 2", h2.blocks.prefetchedTo/4096)
 	}
 }
+
+// A directory listed whole answers a second listing and the lookups of its
+// names, listed or not, without a request, for --meta-ttl; one listed past
+// the bound is not kept.
+func TestListedDirectoryAnswersListingsAndLookups(t *testing.T) {
+	s := newMemStore()
+	s.pageSize = 10
+	for i := range 25 {
+		s.put("b", fmt.Sprintf("d/k%02d", i), []byte{1}, "e")
+	}
+	s.put("b", "d/a", []byte{1}, "e")
+	s.put("b", "d/a/inner", []byte{1}, "e") // the directory wins
+	f := newTestFS(t, s, Config{MetaTTL: time.Hour, NegativeTTL: time.Millisecond})
+	now := time.Now()
+	f.listed.now = func() time.Time { return now }
+	d := Entry{Dir: true, Bucket: "b", Key: "d/"}
+	first := names(listAll(t, f, d))
+	pages := s.pages
+	if got := names(listAll(t, f, d)); got != first || s.pages != pages {
+		t.Fatalf("second listing %q after %d more pages; want %q from the cache", got, s.pages-pages, first)
+	}
+	f.meta.InvalidatePrefix("") // only the listing answers now
+	if e, err := f.Lookup(context.Background(), d, "k07"); err != nil || e.Dir || e.Key != "d/k07" {
+		t.Fatalf("lookup k07 = %+v, %v", e, err)
+	}
+	if e, err := f.Lookup(context.Background(), d, "a"); err != nil || !e.Dir {
+		t.Fatalf("lookup a = %+v, %v; want the directory", e, err)
+	}
+	s.put("b", "d/new", []byte{1}, "e")
+	if _, err := f.Lookup(context.Background(), d, "new"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("lookup of a name not listed: %v, want ErrNotFound from the listing", err)
+	}
+	if s.pages != pages {
+		t.Fatalf("lookups sent %d listings", s.pages-pages)
+	}
+	// Past the TTL the store is asked again.
+	now = now.Add(2 * time.Hour)
+	f.meta.InvalidatePrefix("")
+	if _, err := f.Lookup(context.Background(), d, "new"); err != nil {
+		t.Fatalf("lookup of new after the TTL: %v", err)
+	}
+	pages = s.pages
+	listAll(t, f, d)
+	if s.pages == pages {
+		t.Fatal("no listing after the TTL")
+	}
+
+	// A listing longer than the bound is not kept.
+	small := newTestFS(t, s, Config{MetaEntries: 20})
+	listAll(t, small, d)
+	pages = s.pages
+	listAll(t, small, d)
+	if s.pages == pages {
+		t.Fatal("a listing past the bound was cached")
+	}
+}

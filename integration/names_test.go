@@ -1,0 +1,164 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// An object replaced under an open reader fails the read with ESTALE, and
+// the very next open reads the new version, well within --meta-ttl: the
+// ESTALE drops the kernel's entry for the name as well as the daemon's.
+func TestOpenAfterESTALESeesTheNewVersionAtOnce(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 8 << 20
+	srv.PutRandomObject(t, "data", "sub/x.bin", size, 1)
+	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.Core.CacheSize = 2 << 20
+		c.Core.MaxWindow = 1 << 20
+		c.Core.NoStream = true // ranged GETs, pinned with If-Match
+		// The default TTLs: a minute for the kernel's entry and attributes.
+	})
+	// Listed first: the cached listing must not hand the old version back.
+	if _, err := os.ReadDir(filepath.Join(mp, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mp, "sub", "x.bin")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 1<<20)
+	if _, err := io.ReadFull(f, head); err != nil {
+		t.Fatal(err)
+	}
+	newSum := srv.PutRandomObject(t, "data", "sub/x.bin", size, 2)
+	if _, err := f.ReadAt(make([]byte, 1<<20), 6<<20); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("read after replacement: %v, want ESTALE", err)
+	}
+	start := time.Now()
+	if got := fileSHA256(t, path, 1<<20); got != newSum {
+		t.Fatalf("open after ESTALE read sha256 %s, want the new version's %s", got, newSum)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("new open took %s", took)
+	}
+}
+
+// countingStore counts LIST and HEAD requests.
+type countingStore struct {
+	objstore.Store
+	mu          sync.Mutex
+	lists, stat int
+}
+
+func (c *countingStore) List(ctx context.Context, bucket, prefix, cont string, maxKeys int) (objstore.Page, error) {
+	c.mu.Lock()
+	c.lists++
+	c.mu.Unlock()
+	return c.Store.List(ctx, bucket, prefix, cont, maxKeys)
+}
+
+func (c *countingStore) Stat(ctx context.Context, bucket, key string) (objstore.Object, error) {
+	c.mu.Lock()
+	c.stat++
+	c.mu.Unlock()
+	return c.Store.Stat(ctx, bucket, key)
+}
+
+// take returns the counts since the last take.
+func (c *countingStore) take() (lists, heads int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lists, heads = c.lists, c.stat
+	c.lists, c.stat = 0, 0
+	return lists, heads
+}
+
+// A directory listed whole answers, for --meta-ttl, a second ls and the
+// lookups and opens of its names, listed or not, without a LIST or HEAD;
+// after the TTL the store is asked again and a name added since is found.
+func TestListedDirectoryAnswersWithoutRequests(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	for i := range 30 {
+		srv.PutObject(t, "data", fmt.Sprintf("dir/f%02d", i), []byte(fmt.Sprint(i)))
+	}
+	srv.PutObject(t, "data", "dir/sub/inner", []byte("inner"))
+	const ttl = 3 * time.Second
+	counts := &countingStore{}
+	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.Core.MetaTTL = ttl
+		c.Core.NegativeTTL = 500 * time.Millisecond
+		c.WrapStore = func(s objstore.Store) objstore.Store { counts.Store = s; return counts }
+	})
+	dir := filepath.Join(mp, "dir")
+	start := time.Now()
+	ls := func() int {
+		t.Helper()
+		es, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	if n := ls(); n != 31 {
+		t.Fatalf("listed %d, want 31", n)
+	}
+	if lists, _ := counts.take(); lists == 0 {
+		t.Fatal("the first ls sent no LIST")
+	}
+	if n := ls(); n != 31 {
+		t.Fatalf("second ls listed %d, want 31", n)
+	}
+	for i := range 30 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)))
+		if err != nil || string(b) != fmt.Sprint(i) {
+			t.Fatalf("f%02d: %q, %v", i, b, err)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "sub")); err != nil || !st.IsDir() {
+		t.Fatalf("sub: %v, %v", st, err)
+	}
+	srv.PutObject(t, "data", "dir/late", []byte("late"))
+	if _, err := os.Stat(filepath.Join(dir, "late")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a name added after the listing, within the TTL: %v, want ENOENT from the listing", err)
+	}
+	lists, heads := counts.take()
+	if time.Since(start) >= ttl {
+		t.Skipf("the machine took %s, past the TTL", time.Since(start))
+	}
+	if lists != 0 || heads != 0 {
+		t.Fatalf("within the TTL, a second ls and lookups of the directory's names sent %d LIST and %d HEAD; want none", lists, heads)
+	}
+
+	time.Sleep(time.Until(start.Add(ttl + 200*time.Millisecond)))
+	if b, err := os.ReadFile(filepath.Join(dir, "f03")); err != nil || string(b) != "3" {
+		t.Fatalf("f03 after the TTL: %q, %v", b, err)
+	}
+	if _, heads := counts.take(); heads == 0 {
+		t.Fatal("an open after the TTL sent no HEAD")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "late")); err != nil || string(b) != "late" {
+		t.Fatalf("a name added after the listing, after the TTL: %q, %v", b, err)
+	}
+	if n := ls(); n != 32 {
+		t.Fatalf("ls after the TTL listed %d, want 32", n)
+	}
+	if lists, _ := counts.take(); lists == 0 {
+		t.Fatal("an ls after the TTL sent no LIST")
+	}
+}

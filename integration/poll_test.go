@@ -193,6 +193,7 @@ func TestFusePollStreamWakesNoSleeper(t *testing.T) {
 	// A burst leaves many reader goroutines; once past their windows one
 	// sleeps in ppoll and the others wait for a turn.
 	readBurst(t, path, 16, 9)
+	waitUntil(t, "a thread asleep in ppoll after the burst", func() bool { return threadsIn(t, syscall.SYS_PPOLL) >= 1 })
 	time.Sleep(100 * time.Millisecond)
 	const reads = 128
 	out := filepath.Join(t.TempDir(), "stream")

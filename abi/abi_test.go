@@ -3,13 +3,21 @@ package abi
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
+// IOWR encodes as the kernel does (here its seccomp notification ioctl,
+// _IOWR('!', 0, struct seccomp_notif) of 80 bytes, as x/sys/unix has it
+// from the kernel's headers), and IocRead is its encoding of
+// S3GDS_IOC_READ; TestCHeaderMatchesGo holds the C header to it.
 func TestIocRead(t *testing.T) {
-	if IocRead != 0xC1005301 {
-		t.Fatalf("IocRead = %#x, want 0xC1005301", IocRead)
+	if got := IOWR('!', 0, 80); got != unix.SECCOMP_IOCTL_NOTIF_RECV {
+		t.Fatalf("IOWR('!', 0, 80) = %#x, want the kernel's %#x", got, uint32(unix.SECCOMP_IOCTL_NOTIF_RECV))
 	}
 	if got := IOWR('S', 0x01, Size); got != IocRead {
 		t.Fatalf("IOWR('S', 1, %d) = %#x, want IocRead %#x", Size, got, IocRead)
@@ -164,25 +172,34 @@ func TestDecodeAccepts(t *testing.T) {
 	}
 }
 
+// Every transport and decline reason has a name of its own, fit for a
+// metric label (the names themselves are held to the C header's by
+// TestCHeaderMatchesGo); values beyond them and flags are spelt out.
 func TestStrings(t *testing.T) {
+	label := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	named := func(kind string, names []string) {
+		seen := map[string]bool{}
+		for i, n := range names {
+			if seen[n] || !label.MatchString(n) {
+				t.Errorf("%s %d is named %q: a name used twice, or not a label", kind, i, n)
+			}
+			seen[n] = true
+		}
+	}
+	var transports, declines []string
+	for v := range Transport(len(transportNames)) {
+		transports = append(transports, v.String())
+	}
+	for v := range Decline(len(declineNames)) {
+		declines = append(declines, v.String())
+	}
+	named("transport", transports)
+	named("decline", declines)
 	cases := []struct {
 		got, want string
 	}{
-		{TransportNone.String(), "none"},
-		{TransportHTTP.String(), "http"},
-		{TransportRDMA.String(), "rdma"},
-		{Transport(3).String(), "transport(3)"},
-		{DeclineNone.String(), "none"},
-		{DeclineRegistrationFailed.String(), "registration_failed"},
-		{DeclineTooLarge.String(), "too_large"},
-		{DeclineServer501.String(), "server_501"},
-		{DeclineTokenIgnored.String(), "token_ignored"},
-		{DeclineShortTransfer.String(), "short_transfer"},
-		{DeclineRDMAError.String(), "rdma_error"},
-		{DeclineTimeout.String(), "timeout"},
-		{DeclineTokenRejected.String(), "token_rejected"},
-		{DeclineRDMAUnavailable.String(), "rdma_unavailable"},
-		{Decline(10).String(), "decline(10)"},
+		{Transport(len(transportNames)).String(), fmt.Sprintf("transport(%d)", len(transportNames))},
+		{Decline(len(declineNames)).String(), fmt.Sprintf("decline(%d)", len(declineNames))},
 		{Flags(0).String(), "none"},
 		{(FlagRDMAOnly | FlagHostBuffer).String(), "rdma_only|host_buffer"},
 		{(FlagHTTPOnly | FlagDeclineIsError | 0x30).String(), "http_only|decline_is_error|0x30"},

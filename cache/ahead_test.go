@@ -108,19 +108,27 @@ func TestRemoveAndPutReachBlocksFetchedAhead(t *testing.T) {
 }
 
 // A block fetched ahead that nobody reads within AheadTTL (its reader
-// closed the file) gives way to prefetches too.
+// closed the file) gives way to prefetches too; within it, it does not.
+// The TTLs are one no busy machine gets near (an hour) and one the sleep
+// is sure to pass (time.Sleep sleeps at least as long as asked).
 func TestBlocksFetchedAheadAndNeverReadGiveWayAfterTheirTTL(t *testing.T) {
-	s, err := NewStore(StoreConfig{BlockSize: testBlockSize, MemoryLimit: 2 * testBlockSize,
-		CacheLimit: 2 * testBlockSize, AheadTTL: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	aheadStore := func(ttl time.Duration) *Store {
+		s, err := NewStore(StoreConfig{BlockSize: testBlockSize, MemoryLimit: 2 * testBlockSize,
+			CacheLimit: 2 * testBlockSize, AheadTTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		putAhead(t, s, BlockKey{"a", 0}, 1)
+		putAhead(t, s, BlockKey{"a", 1}, 2)
+		return s
 	}
-	putAhead(t, s, BlockKey{"a", 0}, 1)
-	putAhead(t, s, BlockKey{"a", 1}, 2)
+	s := aheadStore(time.Hour)
 	if _, err := s.NewBlock(context.Background(), false); err != ErrNoMemory {
 		t.Fatalf("a prefetch within the TTL got %v, want ErrNoMemory", err)
 	}
-	time.Sleep(30 * time.Millisecond)
+	const ttl = 5 * time.Millisecond
+	s = aheadStore(ttl)
+	time.Sleep(2 * ttl)
 	b, err := s.NewBlock(context.Background(), false)
 	if err != nil {
 		t.Fatalf("a prefetch after the TTL: %v", err)

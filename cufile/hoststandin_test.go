@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -322,15 +323,13 @@ func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 }
 
 // A copy still queued when its allocation is closed fails on Sync rather
-// than writing into unmapped memory.
+// than writing into unmapped memory. Each copy waits copyDelay before it
+// writes, so the Close just after it comes first unless the test was held
+// up for that long on a busy machine: a try in which the copy landed
+// first (and so must have succeeded) is made again.
 func TestStandinCloseDuringCopyFailsSync(t *testing.T) {
 	b, dir := standin(t)
 	b.copyDelay = 50 * time.Millisecond
-	standinFile(t, dir, "buf", 100, 0)
-	a, err := b.Import(0, nameHandle("buf"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	st, err := b.NewStager(0, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -338,17 +337,34 @@ func TestStandinCloseDuringCopyFailsSync(t *testing.T) {
 	defer st.Close()
 	c, _ := st.NewCopier()
 	defer c.Close()
-	slot, _ := c.AcquireSlot(context.Background())
-	if err := c.CopyAsync(slot, 10, a, 0); err != nil {
-		t.Fatal(err)
+	for try := range 10 {
+		name := fmt.Sprintf("buf%d", try)
+		path := standinFile(t, dir, name, 100, 0)
+		a, err := b.Import(0, nameHandle(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot, _ := c.AcquireSlot(context.Background())
+		copy(slot.Buf, bytes.Repeat([]byte{1}, 10))
+		if err := c.CopyAsync(slot, 10, a, 0); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		err = c.Sync()
+		got, _ := os.ReadFile(path)
+		landed := bytes.Equal(got[:10], bytes.Repeat([]byte{1}, 10))
+		switch {
+		case landed && err == nil:
+			continue // the copy came before the Close
+		case landed || !errors.Is(err, ErrBadHandle):
+			t.Fatalf("Sync = %v, the copy landed: %v; want ErrBadHandle and nothing written", err, landed)
+		}
+		if err := c.Sync(); err != nil {
+			t.Fatalf("second Sync = %v; the failure is reported once", err)
+		}
+		return
 	}
-	a.Close()
-	if err := c.Sync(); !errors.Is(err, ErrBadHandle) {
-		t.Fatalf("Sync = %v; want ErrBadHandle", err)
-	}
-	if err := c.Sync(); err != nil {
-		t.Fatalf("second Sync = %v; the failure is reported once", err)
-	}
+	t.Fatal("in 10 tries every copy landed before its allocation was closed")
 }
 
 type fakeAllocation struct {

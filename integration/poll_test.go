@@ -193,6 +193,7 @@ func TestFusePollStreamWakesNoSleeper(t *testing.T) {
 	// A burst leaves many reader goroutines; once past their windows one
 	// sleeps in ppoll and the others wait for a turn.
 	readBurst(t, path, 16, 9)
+	waitUntil(t, "a thread asleep in ppoll after the burst", func() bool { return threadsIn(t, syscall.SYS_PPOLL) >= 1 })
 	time.Sleep(100 * time.Millisecond)
 	const reads = 128
 	out := filepath.Join(t.TempDir(), "stream")
@@ -241,8 +242,16 @@ func TestFusePollBoundsThePollers(t *testing.T) {
 	// as every mountOf daemon.
 	path, _ := mountOfOneObject(t, "burst.bin", 66<<20, 5, 0)
 	readBurst(t, path, 32, 5)
-	time.Sleep(50 * time.Millisecond)
-	if n := threadsIn(t, syscall.SYS_PPOLL); n != 1 {
+	// The goroutines reach ppoll as their 1 ms windows run out, which a
+	// busy machine may put off: wait for the first sleeper, then give the
+	// others 100 windows more to join it, as they would without the bound.
+	n := 0
+	waitUntil(t, "a thread asleep in ppoll on the idle mount", func() bool {
+		n = threadsIn(t, syscall.SYS_PPOLL)
+		return n >= 1
+	})
+	time.Sleep(100 * time.Millisecond)
+	if n = max(n, threadsIn(t, syscall.SYS_PPOLL)); n != 1 {
 		t.Fatalf("%d threads asleep in ppoll on an idle polling mount, want 1", n)
 	}
 }

@@ -104,13 +104,6 @@ func TestMountHasNoAllowOtherUnlessAsked(t *testing.T) {
 	}
 }
 
-func TestMetricsListenOnLoopbackByDefault(t *testing.T) {
-	host, _, err := net.SplitHostPort(daemon.DefaultMetricsAddr)
-	if err != nil || !net.ParseIP(host).IsLoopback() || !strings.HasPrefix(daemon.DefaultMetricsAddr, "127.0.0.1:") {
-		t.Fatalf("daemon.DefaultMetricsAddr = %q, want a 127.0.0.1 address", daemon.DefaultMetricsAddr)
-	}
-}
-
 // syncBuffer collects a daemon's log lines from many goroutines.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -63,9 +63,13 @@ func TestFaultyScriptInjectsEachKindAndReadersCatchIt(t *testing.T) {
 	script := append([]FaultKind{FaultNone}, AllFaults()...)
 	f := NewFaulty(oneObject{data}, FaultConfig{Script: script, Seed: 1})
 	const off, n = 1000, 50000
+	// The stall guard ends a stall after timeout; a read that is not
+	// stalled would have to pause that long on a busy machine to be
+	// taken for one.
+	const timeout = 500 * time.Millisecond
 	for _, k := range script {
 		start := time.Now()
-		got, err := readBody(t, f, off, n, 100*time.Millisecond)
+		got, err := readBody(t, f, off, n, timeout)
 		took := time.Since(start)
 		if k == FaultNone {
 			if err != nil || !bytes.Equal(got, data[off:off+n]) {
@@ -84,7 +88,7 @@ func TestFaultyScriptInjectsEachKindAndReadersCatchIt(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("%v: %v, want a timeout", k, err)
 			}
-			if took > 5*time.Second {
+			if took > 10*timeout { // a stall left to itself lasts for ever
 				t.Errorf("%v: the stall was noticed after %v", k, took)
 			}
 		case FaultEarlyEOF, FaultShort:

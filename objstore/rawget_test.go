@@ -170,6 +170,9 @@ func fakeServer(t *testing.T, write func(c net.Conn)) string {
 // refused before any byte is taken. None hangs.
 func TestGetRawBodiesThatBreak(t *testing.T) {
 	const n = 3 << 20
+	// The stalled body is given up after the 500 ms ResponseTimeout,
+	// long before the server would end it (which gives another error).
+	const stall = 10 * time.Second
 	v := Version{ETag: "abc", Size: n}
 	head := func(length int) string {
 		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", length)
@@ -182,7 +185,7 @@ func TestGetRawBodiesThatBreak(t *testing.T) {
 	}{
 		{"short", func(c net.Conn) { io.WriteString(c, head(n)+strings.Repeat("x", n/3)) },
 			func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }, true},
-		{"stall", func(c net.Conn) { io.WriteString(c, head(n)+"xyz"); time.Sleep(3 * time.Second) },
+		{"stall", func(c net.Conn) { io.WriteString(c, head(n)+"xyz"); time.Sleep(stall) },
 			func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }, true},
 		{"wrong length", func(c net.Conn) { io.WriteString(c, head(n+1)) },
 			func(err error) bool { return err != nil && strings.Contains(err.Error(), "server offered") }, false},
@@ -216,7 +219,9 @@ func TestGetRawBodiesThatBreak(t *testing.T) {
 			if !tc.want(err) {
 				t.Fatalf("got %v", err)
 			}
-			if d := time.Since(start); d > 2*time.Second {
+			// None waits for the stall to end; the slack over the
+			// timeout is for a busy machine.
+			if d := time.Since(start); d > stall/2 {
 				t.Errorf("took %v", d)
 			}
 		})
@@ -226,28 +231,45 @@ func TestGetRawBodiesThatBreak(t *testing.T) {
 // A splice that waits for the rest of a request waits for it at once (the
 // socket's low-water mark), and leaves the mark as it found it: a read of
 // the last few bytes, with the connection kept open after them, is not
-// held back waiting for more.
+// held back waiting for more. The server sends each piece when the test
+// says, so what the socket holds at each step is known.
 func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
 	const n = 2010
 	body := testenv.RandomBytes(3, 0, n)
-	b, p := pacedRawBody(t, body, 150*time.Millisecond, 1000, 2000)
-	if got, err := b.SpliceTo(p[1], 2000); got != 2000 || err != nil {
-		t.Fatalf("splice of 2000 bytes that come in two pieces: %d, %v", got, err)
+	b, p, next := gatedRawBody(t, body, 1000, 2000)
+	type result struct {
+		n   int
+		err error
 	}
-	// It waited once for the first piece and once for the rest.
+	done := make(chan result, 1)
+	go func() {
+		got, err := b.SpliceTo(p[1], 2000)
+		done <- result{got, err}
+	}()
+	// Nothing has come: the splice waits, for all 2000 bytes at once.
+	waitFor(t, "the splice to wait for 2000 bytes", func() bool { return socketInt(t, b, "lowat") == 2000 })
+	next()
+	next()
+	if r := <-done; r.n != 2000 || r.err != nil {
+		t.Fatalf("splice of 2000 bytes that come in two pieces: %d, %v", r.n, r.err)
+	}
+	// It waited once for the whole, or once more if the first piece woke it.
 	if w := b.Waits(); w < 1 || w > 2 {
-		t.Fatalf("Waits() = %d after a splice whose bytes came in two pieces 150 ms apart, want 1 or 2", w)
+		t.Fatalf("Waits() = %d after a splice whose bytes came in two pieces after it began, want 1 or 2", w)
 	}
 	out := make([]byte, 2000)
 	if k, err := unix.Read(p[0], out); k != 2000 || err != nil || !bytes.Equal(out, body[:2000]) {
 		t.Fatalf("pipe held %d bytes (%v), want the body's first 2000", k, err)
 	}
+	next()
 	start := time.Now()
 	last := make([]byte, 10)
 	if err := b.ReadFull(last); err != nil || !bytes.Equal(last, body[2000:]) {
 		t.Fatalf("the last 10 bytes: %v", err)
 	}
-	if d := time.Since(start); d > 600*time.Millisecond {
+	// Sent before the read began, they are there at once; a socket still
+	// waiting for more would give up only after the body's timeout.
+	if d := time.Since(start); d > gatedTimeout/2 {
 		t.Errorf("the last 10 bytes took %v: the socket waited for more", d)
 	}
 }
@@ -257,21 +279,25 @@ func TestSpliceThatWaitedLeavesTheSocketReadable(t *testing.T) {
 func TestSpliceReadyTakesWhatIsThereWithoutWaiting(t *testing.T) {
 	const n = 2000
 	body := testenv.RandomBytes(5, 0, n)
-	b, p := pacedRawBody(t, body, 300*time.Millisecond, 1200)
+	b, p, next := gatedRawBody(t, body, 1200)
 	start := time.Now()
 	if got, err := b.SpliceReady(p[1], n); got != 0 || err != nil {
 		t.Fatalf("SpliceReady before the body came: %d, %v; want 0, nil", got, err)
 	}
-	if d := time.Since(start); d > 150*time.Millisecond {
+	// Nothing is sent until next: a SpliceReady that waited would wait
+	// for the body's timeout.
+	if d := time.Since(start); d > gatedTimeout/2 {
 		t.Fatalf("SpliceReady with an empty socket took %v: it waited", d)
 	}
-	time.Sleep(450 * time.Millisecond) // the first piece is in
+	next()
+	waitFor(t, "the first piece in the socket", func() bool { return socketInt(t, b, "queued") == 1200 })
 	if got, err := b.SpliceReady(p[1], n); got != 1200 || err != nil {
 		t.Fatalf("SpliceReady after the first piece: %d, %v; want 1200", got, err)
 	}
 	if b.Waits() != 0 {
 		t.Fatalf("Waits() = %d after two SpliceReady: it must never wait", b.Waits())
 	}
+	next()
 	if got, err := b.SpliceTo(p[1], n-1200); got != n-1200 || err != nil {
 		t.Fatalf("SpliceTo of the rest: %d, %v", got, err)
 	}
@@ -281,41 +307,78 @@ func TestSpliceReadyTakesWhatIsThereWithoutWaiting(t *testing.T) {
 	}
 }
 
-// pacedRawBody is the raw GET body of a server that sends body in pieces
-// cut at cuts, each after a pause, and keeps the connection open after
-// them, as a keep-alive server does; with a non-blocking pipe to splice
-// it into. Both are closed at the test's end.
-func pacedRawBody(t *testing.T, body []byte, pause time.Duration, cuts ...int) (*RawBody, [2]int) {
+// gatedTimeout is the ResponseTimeout of gatedRawBody's GET.
+const gatedTimeout = 5 * time.Second
+
+// gatedRawBody is the raw GET body of a server that sends body in pieces
+// cut at cuts, each when next is called, and keeps the connection open
+// after them, as a keep-alive server does; with a non-blocking pipe to
+// splice it into. Both are closed at the test's end.
+func gatedRawBody(t *testing.T, body []byte, cuts ...int) (b *RawBody, p [2]int, next func()) {
 	t.Helper()
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
+	gate := make(chan struct{})
 	ep := fakeServer(t, func(c net.Conn) {
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"abc\"\r\n\r\n", len(body))
 		from := 0
 		for _, to := range append(cuts, len(body)) {
-			time.Sleep(pause)
+			select {
+			case <-gate:
+			case <-done:
+				return
+			}
 			c.Write(body[from:to])
 			from = to
 		}
 		<-done
 	})
 	m, err := NewMinio(Config{Endpoint: ep, Region: testenv.Region,
-		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: time.Second})
+		Credentials: credentials.NewStaticV4("a", "b", ""), ResponseTimeout: gatedTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := int64(len(body))
-	b, err := m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
+	b, err = m.GetRaw(context.Background(), "bkt", "key", 0, n, Version{ETag: "abc", Size: n})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
-	return b, p
+	return b, p, func() { gate <- struct{}{} }
+}
+
+// socketInt reads, from b's socket, its low-water mark ("lowat") or the
+// bytes it holds unread ("queued").
+func socketInt(t *testing.T, b *RawBody, what string) int {
+	t.Helper()
+	var v int
+	var serr error
+	err := b.rc.Control(func(fd uintptr) {
+		if what == "lowat" {
+			v, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT)
+		} else {
+			v, serr = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+		}
+	})
+	if err != nil || serr != nil {
+		t.Fatalf("socket %s: %v %v", what, err, serr)
+	}
+	return v
+}
+
+// waitFor polls cond until it holds, failing the test after a deadline
+// generous enough for a busy machine.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s, still waiting for %s", what)
+		}
+	}
 }
 
 // RawReceiveBuffer sizes the raw GET's socket before it connects (the

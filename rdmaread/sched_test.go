@@ -42,6 +42,101 @@ func TestSchedulerBoundsOpsAndBytes(t *testing.T) {
 	}
 }
 
+// holdAll starts one goroutine per size, each acquiring that many bytes
+// for owner i%3 and holding them until ctx ends (a wait still queued then
+// gives up), and waits until every one of them has been admitted or
+// queued; it returns what the scheduler then reports. That state is
+// reached however the goroutines are scheduled, so the counts are exact,
+// not a sample.
+func holdAll(ctx context.Context, t *testing.T, s *Scheduler, sizes []int64, wg *sync.WaitGroup) (ops int, bytes int64, waiting int) {
+	t.Helper()
+	ops0, _, waiting0 := s.InFlight()
+	for i, n := range sizes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done, err := s.Acquire(ctx, i%3, n)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+			<-ctx.Done()
+			done()
+		}()
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ops, bytes, waiting = s.InFlight()
+		if ops+waiting == ops0+waiting0+len(sizes) {
+			return ops, bytes, waiting
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s, %d of %d operations admitted or queued", ops+waiting-ops0-waiting0, len(sizes))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The bounds are reached, not only kept: with more small operations
+// waiting than maxOps, maxOps run at once; with more bytes asked for than
+// maxBytes, operations up to maxBytes run together; and when one ends, the
+// next waiting one takes its place.
+func TestSchedulerFillsItsBounds(t *testing.T) {
+	t.Run("ops", func(t *testing.T) {
+		s := NewScheduler(4, 1<<20)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		if ops, _, waiting := holdAll(ctx, t, s, []int64{1, 1, 1, 1, 1, 1, 1, 1, 1}, &wg); ops != 4 || waiting != 5 {
+			t.Fatalf("9 one-byte operations under a bound of 4: %d admitted at once, %d waiting; want 4 and 5", ops, waiting)
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		s := NewScheduler(100, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		ops, bytes, waiting := holdAll(ctx, t, s, []int64{2, 2, 2, 2, 2, 2, 2}, &wg)
+		if ops != 5 || bytes != 10 || waiting != 2 {
+			t.Fatalf("7 two-byte operations under a bound of 10 bytes: %d admitted (%d bytes), %d waiting; want 5 (10 bytes) and 2", ops, bytes, waiting)
+		}
+	})
+	t.Run("replaced", func(t *testing.T) {
+		s := NewScheduler(2, 1<<20)
+		// Both are admitted at once; the deadline ends a wait that a
+		// scheduler not filling its bound would start.
+		soon, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stop()
+		first, err1 := s.Acquire(soon, 1, 1)
+		second, err2 := s.Acquire(soon, 2, 1)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("two operations under a bound of 2: %v, %v", err1, err2)
+		}
+		defer second()
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		if ops, _, waiting := holdAll(ctx, t, s, []int64{1, 1}, &wg); ops != 2 || waiting != 2 {
+			t.Fatalf("2 operations held and 2 more under a bound of 2: %d admitted, %d waiting", ops, waiting)
+		}
+		first()
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			ops, _, waiting := s.InFlight()
+			if ops == 2 && waiting == 1 {
+				break
+			}
+			if ops > 2 || time.Now().After(deadline) {
+				t.Fatalf("one of 2 operations ended with 2 waiting: %d admitted, %d waiting; want 2 and 1", ops, waiting)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
 // With one slot, owners that keep the queue full are served in turn: a
 // process with many threads gets no more than one with few.
 func TestSchedulerServesOwnersInTurn(t *testing.T) {

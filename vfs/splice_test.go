@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,35 @@ type rawMemStore struct {
 	// cutAt, when set, has the server close the connection after that
 	// many bytes of a body: a GET that fails while it is read.
 	cutAt int
+}
+
+// rawConns holds, for each test, the client end of its latest raw GET.
+var rawConns sync.Map // *testing.T -> *net.TCPConn
+
+// waitSocketHolds waits until the socket of t's latest raw GET holds bytes
+// not yet read, for a test that knows more are to come: how soon the
+// kernel and the server's goroutine refill the socket after a reply took
+// from it depends on the machine's load.
+func waitSocketHolds(t *testing.T) {
+	t.Helper()
+	c, ok := rawConns.Load(t)
+	if !ok {
+		t.Fatal("no raw GET")
+	}
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n := 0
+		rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after 10s, the socket holds nothing of what the server sent")
+		}
+	}
 }
 
 func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (*objstore.RawBody, error) {
@@ -66,6 +96,8 @@ func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int6
 		return nil, err
 	}
 	r.t.Cleanup(func() { c.Close() })
+	rawConns.Store(r.t, c.(*net.TCPConn))
+	r.t.Cleanup(func() { rawConns.CompareAndDelete(r.t, c) })
 	// Some bytes arrive with the headers, as from an HTTP reply.
 	head := make([]byte, 1000)
 	if _, err := c.Read(head[:1]); err != nil {
@@ -326,7 +358,9 @@ func TestSpliceReadFillsAheadInOnePipeWithoutASpare(t *testing.T) {
 		}
 		fd := r.Pipe.FD
 		got = append(got, takeFromPipe(t, r.Pipe.FD, r.Pipe.N)...)
-		time.Sleep(20 * time.Millisecond)
+		if off+int64(r.Pipe.N) < size { // the rest is on its way: the fill ahead takes what has come
+			waitSocketHolds(t)
+		}
 		r.Pipe.Done()
 		off += int64(r.Pipe.N)
 		if off == size {
@@ -404,7 +438,7 @@ func TestSpliceReadElsewhereAfterFillingAhead(t *testing.T) {
 		t.Fatal("first read not spliced")
 	}
 	takeFromPipe(t, r.Pipe.FD, r.Pipe.N)
-	time.Sleep(20 * time.Millisecond)
+	waitSocketHolds(t) // the fill ahead takes what has come of the rest
 	r.Pipe.Done()
 	if readyInPipe(t, h) == 0 {
 		t.Fatal("nothing filled ahead after the first reply")

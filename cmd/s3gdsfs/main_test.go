@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,6 +171,16 @@ func TestStreamFlagForms(t *testing.T) {
 
 // A flag's 0 means none, not the core's default: --cache-size 0 is no
 // cache, --retries 0 no retry, --stream-min-rate 0 never slow.
+// A mount given no --metrics-addr serves its metrics, which name buckets
+// and keys, on loopback only.
+func TestMetricsListenOnLoopbackByDefault(t *testing.T) {
+	addr := mountConfig(t, "--endpoint", "http://127.0.0.1:1").MetricsAddr
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || !net.ParseIP(host).IsLoopback() {
+		t.Fatalf("metrics address %q (%v) without --metrics-addr, want a loopback one", addr, err)
+	}
+}
+
 func TestZeroFlagsMeanNone(t *testing.T) {
 	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--cache-size", "0", "--retries", "0", "--stream-min-rate", "0")
 	if cfg.Core.CacheSize != -1 || cfg.Core.Retries != -1 || cfg.Core.StreamMinRate != -1 || cfg.GPU.Retries != -1 {

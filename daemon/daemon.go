@@ -97,10 +97,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.Core = core
 
-	timeout := cfg.CheckTimeout
-	if timeout <= 0 {
-		timeout = 20 * time.Second
-	}
+	timeout := cfg.checkTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	err = core.Check(ctx)
 	cancel()
@@ -383,10 +380,11 @@ func explainCheck(err error, cfg Config) error {
 		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
 		return fmt.Errorf("TLS with %s failed (a private CA? pass it with --ca-bundle): %v", ep, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("endpoint %s did not answer within %s (--endpoint, --connect-timeout): %v", ep, cfg.CheckTimeout, err)
 	}
 	var nerr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout() && !strings.Contains(err.Error(), "dial")) {
+		return fmt.Errorf("endpoint %s did not answer the start-up check within %s (%s): %v", ep, cfg.checkTimeout(), cfg.checkTimeoutFlags(), err)
+	}
 	var oerr *net.OpError
 	if errors.As(err, &oerr) || errors.As(err, &nerr) || strings.Contains(err.Error(), "connection refused") {
 		return fmt.Errorf("cannot reach endpoint %s (--endpoint): %v", ep, err)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -342,5 +344,49 @@ func TestFusePollFlag(t *testing.T) {
 	}
 	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "0"); cfg.FS.PollRequests != 0 {
 		t.Errorf("--fuse-poll 0: got %v", cfg.FS.PollRequests)
+	}
+}
+
+// An endpoint that accepts connections and never answers fails the mount
+// within the bound its message names (--connect-timeout + --read-timeout),
+// not after the S3 client's retries of --read-timeout each.
+func TestStartupAgainstSilentEndpointFailsWithinItsBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	start := time.Now()
+	r := runCLI(t, []string{"AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1"},
+		"mount", "--endpoint", "http://"+ln.Addr().String(), "--bucket", "data", "--metrics-addr", "off",
+		"--connect-timeout", "1s", "--read-timeout", "2s", t.TempDir())
+	elapsed := time.Since(start)
+	t.Logf("failed after %v: %s", elapsed.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+	const bound = 3 * time.Second
+	if r.code != exitFailure || !strings.Contains(r.stderr, "--read-timeout 2s") || !strings.Contains(r.stderr, "within "+bound.String()) {
+		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the bound %v and --read-timeout", r.code, r.stderr, exitFailure, bound)
+	}
+	if elapsed > bound+3*time.Second {
+		t.Fatalf("failed after %v; the message names %v", elapsed, bound)
 	}
 }

@@ -196,11 +196,12 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Slots:          mf.stagingSlots,
 			PerCopier:      perCopier(mf.stagingPerCopier),
 		},
-		Splice:       string(mf.splice),
-		ReadAhead:    int64(mf.readAhead),
-		MetricsAddr:  metrics,
-		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
-		Log:          log,
+		Splice:      string(mf.splice),
+		ReadAhead:   int64(mf.readAhead),
+		MetricsAddr: metrics,
+		// CheckTimeout 0: one dial and one wait for the reply's headers,
+		// --connect-timeout + --read-timeout.
+		Log: log,
 	}, nil
 }
 

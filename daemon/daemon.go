@@ -59,7 +59,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	if err := checkMountpoint(cfg.Mountpoint); err != nil {
+	if err := checkMountpoint(cfg.Mountpoint, cfg.Log); err != nil {
 		return nil, err
 	}
 	raw, err := objstore.NewMinio(cfg.s3Client())
@@ -350,24 +350,6 @@ func (d *Daemon) closeHTTP() {
 	if d.http != nil {
 		d.http.Close()
 	}
-}
-
-func checkMountpoint(dir string) error {
-	if dir == "" {
-		return errors.New("no mountpoint given")
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		var en syscall.Errno
-		if errors.As(err, &en) && en == syscall.ENOTCONN {
-			return fmt.Errorf("mountpoint %s: a dead FUSE mount is there; run: fusermount3 -u %s", dir, dir)
-		}
-		return fmt.Errorf("mountpoint %s: %w", dir, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("mountpoint %s: not a directory", dir)
-	}
-	return nil
 }
 
 // explainCheck turns the start-up check's failure into advice.

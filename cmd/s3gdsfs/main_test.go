@@ -390,3 +390,101 @@ func TestStartupAgainstSilentEndpointFailsWithinItsBound(t *testing.T) {
 		t.Fatalf("failed after %v; the message names %v", elapsed, bound)
 	}
 }
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startMount runs the built command in the foreground and waits until it
+// reports the mount; the process is killed at the end of the test.
+func startMount(t *testing.T, srv *testenv.Server, mp string, stderr *lockedBuffer, extra ...string) *exec.Cmd {
+	t.Helper()
+	args := append([]string{"mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off"}, extra...)
+	cmd := exec.Command(binary, append(args, mp)...)
+	cmd.Env = append(os.Environ(), credsEnv(srv)...)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); syscall.Unmount(mp, syscall.MNT_DETACH) })
+	waitFor(t, "the mount", func() bool { return strings.Contains(stderr.String(), "msg=mounted") })
+	return cmd
+}
+
+func mountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			n++
+		}
+	}
+	return n
+}
+
+// Within --meta-ttl of a SIGKILL the kernel still answers a stat of the
+// mountpoint from its cache; the next mount must still find the dead one
+// and detach it rather than stack on it.
+func TestMountAfterSIGKILLDetachesTheDeadMount(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "a.txt", []byte("alive\n"))
+	mp := t.TempDir()
+	var first lockedBuffer
+	cmd := startMount(t, srv, mp, &first, "--meta-ttl", "60s")
+	if _, err := os.Stat(mp); err != nil { // the root's attributes now cached
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := os.Stat(mp); err != nil {
+		t.Logf("stat of the dead mount: %v", err)
+	}
+	var second lockedBuffer
+	startMount(t, srv, mp, &second, "--meta-ttl", "60s")
+	if !strings.Contains(second.String(), "detached a dead FUSE mount") {
+		t.Errorf("the second mount logged no detach of the dead one:\n%s", second.String())
+	}
+	if n := mountsAt(t, mp); n != 1 {
+		t.Fatalf("%d mounts at %s, want 1 (the new one, not stacked on the dead one)", n, mp)
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "a.txt")); err != nil || string(got) != "alive\n" {
+		t.Fatalf("read through the new mount: %q %v", got, err)
+	}
+}
+
+// Mounting over a live s3gdsfs mount fails with a message naming it.
+func TestMountOverALiveMountFails(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp := t.TempDir()
+	var first lockedBuffer
+	startMount(t, srv, mp, &first)
+	r := runCLI(t, credsEnv(srv), "mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "live s3gdsfs mount (s3gdsfs:data)") {
+		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the live mount", r.code, r.stderr, exitFailure)
+	}
+	if n := mountsAt(t, mp); n != 1 {
+		t.Fatalf("%d mounts at %s, want 1", n, mp)
+	}
+}

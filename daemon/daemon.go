@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
@@ -327,6 +329,29 @@ func (d *Daemon) Unmount() error {
 		return nil
 	}
 	return fmt.Errorf("unmount %s: %w", d.cfg.Mountpoint, err)
+}
+
+// Detach unmounts lazily at once: the mountpoint is free, and files still
+// open on the mount fail (ENOTCONN) once this process exits. It is the
+// second signal's way out of a shutdown that waits for open files.
+func (d *Daemon) Detach() error {
+	err := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH)
+	if err != nil && err != syscall.EINVAL { // EINVAL: not mounted (already detached)
+		if out, ferr := exec.Command("fusermount3", "-uz", d.cfg.Mountpoint).CombinedOutput(); ferr != nil {
+			return fmt.Errorf("detach %s: %v; fusermount3: %s", d.cfg.Mountpoint, err, strings.TrimSpace(string(out)))
+		}
+	}
+	d.shutdown()
+	return nil
+}
+
+// OpenFiles is the number of file handles open on the mount.
+func (d *Daemon) OpenFiles() int {
+	var m dto.Metric
+	if d.Metrics.OpenHandles.Write(&m) != nil || m.Gauge == nil {
+		return 0
+	}
+	return int(m.Gauge.GetValue())
 }
 
 func (d *Daemon) serveMetrics(addr string) error {

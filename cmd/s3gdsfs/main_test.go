@@ -488,3 +488,49 @@ func TestMountOverALiveMountFails(t *testing.T) {
 		t.Fatalf("%d mounts at %s, want 1", n, mp)
 	}
 }
+
+// A file held open delays the exit after SIGTERM, and the log says what
+// the daemon waits for; a second signal detaches the mount and exits.
+func TestShutdownWithAFileOpenSaysWhyAndASecondSignalExits(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "held.txt", []byte("held\n"))
+	mp := t.TempDir()
+	var stderr lockedBuffer
+	cmd := startMount(t, srv, mp, &stderr)
+	f, err := os.Open(filepath.Join(mp, "held.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the log of the wait", func() bool { return strings.Contains(stderr.String(), "waiting for the files still open") })
+	if !strings.Contains(stderr.String(), "open_files=1") {
+		t.Errorf("the wait's log does not count the open file:\n%s", stderr.String())
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("exited (%v) with a file open after one signal; the holder is still served", err)
+	default:
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after the second signal: %v\n%s", err, stderr.String())
+		}
+		t.Logf("exited %v after the second signal", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still running 5s after the second signal:\n%s", stderr.String())
+	}
+	if isMounted(t, mp) {
+		t.Fatal("still mounted after the second signal")
+	}
+	if !strings.Contains(stderr.String(), "second signal") {
+		t.Errorf("the log does not say why it exited:\n%s", stderr.String())
+	}
+}

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -532,5 +535,104 @@ func TestShutdownWithAFileOpenSaysWhyAndASecondSignalExits(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "second signal") {
 		t.Errorf("the log does not say why it exited:\n%s", stderr.String())
+	}
+}
+
+// vmHWM is the peak resident set of process pid, in bytes.
+func vmHWM(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// The mount's peak resident memory stays near --memory-limit under 64
+// readers (splicing off: every byte goes through block memory) and 7,500
+// lookups of missing names after them: Go's memory limit, set from
+// --memory-limit, keeps the collector from letting garbage grow to the
+// size of the live block memory. The daemon is the built command, so that
+// its peak (VmHWM) is its own.
+func TestMountPeakMemoryStaysNearTheMemoryLimit(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const objects, objSize = 16, 32 << 20
+	for i := range objects {
+		srv.PutRandomObject(t, "data", fmt.Sprintf("obj%02d.bin", i), objSize, int64(i))
+	}
+	mp := t.TempDir()
+	const limit = 256 << 20
+	var stderr lockedBuffer
+	// Half the block memory caches blocks (the default 1 GiB is more than
+	// --memory-limit allows): it stays live through the lookups.
+	cmd := startMount(t, srv, mp, &stderr, "--memory-limit", "256MiB", "--cache-size", "128MiB", "--splice", "never")
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for r := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(filepath.Join(mp, fmt.Sprintf("obj%02d.bin", r%objects)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			buf := make([]byte, 1<<20)
+			var n int64
+			for {
+				k, err := f.Read(buf)
+				n += int64(k)
+				if err != nil {
+					if n != objSize {
+						errs <- fmt.Errorf("reader %d: %d bytes, %v", r, n, err)
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	afterReads := vmHWM(t, cmd.Process.Pid)
+	const lookups = 7500
+	var next atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= lookups; i = next.Add(1) {
+				if _, err := os.Stat(filepath.Join(mp, fmt.Sprintf("missing-%05d", i))); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("stat of a missing name: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	peak := vmHWM(t, cmd.Process.Pid)
+	bound := int64(limit) * 5 / 4 // no GPU staging on this mount
+	t.Logf("peak RSS %.0f MiB after 64 readers, %.0f MiB after %d missing lookups on top; bound %.0f MiB (1.25 x --memory-limit %d MiB)",
+		float64(afterReads)/(1<<20), float64(peak)/(1<<20), lookups, float64(bound)/(1<<20), limit>>20)
+	if peak > bound {
+		t.Errorf("peak RSS %d MiB, above %d MiB", peak>>20, bound>>20)
+	}
+	if !strings.Contains(stderr.String(), "Go memory limit set") {
+		t.Errorf("the log does not say which Go memory limit was set:\n%s", stderr.String())
 	}
 }

@@ -339,6 +339,11 @@ func runMount(args []string, helperForm bool) error {
 		}
 		return err
 	}
+	if limit, set := d.LimitGoMemory(); set {
+		log.Info("Go memory limit set from --memory-limit (GOMEMLIMIT overrides it)", "bytes", limit)
+	} else {
+		log.Info("Go memory limit left to GOMEMLIMIT", "bytes", limit)
+	}
 	if ready != nil {
 		fmt.Fprintln(ready, "ok")
 		ready.Close()

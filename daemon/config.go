@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -33,7 +34,9 @@ type Config struct {
 	// MetricsAddr is where /metrics listens; "" turns it off.
 	MetricsAddr string
 	// CheckTimeout bounds the start-up check of endpoint, bucket and
-	// credentials.
+	// credentials; 0 is one dial and one wait for a reply's headers,
+	// S3.ConnectTimeout + S3.ResponseTimeout (--connect-timeout +
+	// --read-timeout), which a failure names.
 	CheckTimeout time.Duration
 	GPU          GPUConfig
 	// WrapStore, when set, decorates the S3 client (tests inject faults).
@@ -159,6 +162,36 @@ func (c Config) s3Client() objstore.Config {
 		oc.RawReceiveBuffer = spliceAheadReceiveBuffer
 	}
 	return oc
+}
+
+// checkTimeout is the start-up check's bound (CheckTimeout).
+func (c Config) checkTimeout() time.Duration {
+	if c.CheckTimeout > 0 {
+		return c.CheckTimeout
+	}
+	connect, respond := c.S3.ConnectTimeout, c.S3.ResponseTimeout
+	if connect <= 0 {
+		connect = objstore.DefaultConnectTimeout
+	}
+	if respond <= 0 {
+		respond = objstore.DefaultResponseTimeout
+	}
+	return connect + respond
+}
+
+// checkTimeoutFlags names what set the start-up check's bound.
+func (c Config) checkTimeoutFlags() string {
+	if c.CheckTimeout > 0 {
+		return "the start-up check's bound"
+	}
+	return fmt.Sprintf("--connect-timeout %s + --read-timeout %s", c.checkTimeoutPart(c.S3.ConnectTimeout, objstore.DefaultConnectTimeout), c.checkTimeoutPart(c.S3.ResponseTimeout, objstore.DefaultResponseTimeout))
+}
+
+func (c Config) checkTimeoutPart(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 // options are the FUSE adapter's.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
@@ -59,7 +61,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	if err := checkMountpoint(cfg.Mountpoint); err != nil {
+	if err := checkMountpoint(cfg.Mountpoint, cfg.Log); err != nil {
 		return nil, err
 	}
 	raw, err := objstore.NewMinio(cfg.s3Client())
@@ -97,10 +99,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.Core = core
 
-	timeout := cfg.CheckTimeout
-	if timeout <= 0 {
-		timeout = 20 * time.Second
-	}
+	timeout := cfg.checkTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	err = core.Check(ctx)
 	cancel()
@@ -332,6 +331,29 @@ func (d *Daemon) Unmount() error {
 	return fmt.Errorf("unmount %s: %w", d.cfg.Mountpoint, err)
 }
 
+// Detach unmounts lazily at once: the mountpoint is free, and files still
+// open on the mount fail (ENOTCONN) once this process exits. It is the
+// second signal's way out of a shutdown that waits for open files.
+func (d *Daemon) Detach() error {
+	err := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH)
+	if err != nil && err != syscall.EINVAL { // EINVAL: not mounted (already detached)
+		if out, ferr := exec.Command("fusermount3", "-uz", d.cfg.Mountpoint).CombinedOutput(); ferr != nil {
+			return fmt.Errorf("detach %s: %v; fusermount3: %s", d.cfg.Mountpoint, err, strings.TrimSpace(string(out)))
+		}
+	}
+	d.shutdown()
+	return nil
+}
+
+// OpenFiles is the number of file handles open on the mount.
+func (d *Daemon) OpenFiles() int {
+	var m dto.Metric
+	if d.Metrics.OpenHandles.Write(&m) != nil || m.Gauge == nil {
+		return 0
+	}
+	return int(m.Gauge.GetValue())
+}
+
 func (d *Daemon) serveMetrics(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -355,24 +377,6 @@ func (d *Daemon) closeHTTP() {
 	}
 }
 
-func checkMountpoint(dir string) error {
-	if dir == "" {
-		return errors.New("no mountpoint given")
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		var en syscall.Errno
-		if errors.As(err, &en) && en == syscall.ENOTCONN {
-			return fmt.Errorf("mountpoint %s: a dead FUSE mount is there; run: fusermount3 -u %s", dir, dir)
-		}
-		return fmt.Errorf("mountpoint %s: %w", dir, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("mountpoint %s: not a directory", dir)
-	}
-	return nil
-}
-
 // explainCheck turns the start-up check's failure into advice.
 func explainCheck(err error, cfg Config) error {
 	ep := cfg.S3.Endpoint
@@ -383,10 +387,11 @@ func explainCheck(err error, cfg Config) error {
 		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
 		return fmt.Errorf("TLS with %s failed (a private CA? pass it with --ca-bundle): %v", ep, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("endpoint %s did not answer within %s (--endpoint, --connect-timeout): %v", ep, cfg.CheckTimeout, err)
 	}
 	var nerr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout() && !strings.Contains(err.Error(), "dial")) {
+		return fmt.Errorf("endpoint %s did not answer the start-up check within %s (%s): %v", ep, cfg.checkTimeout(), cfg.checkTimeoutFlags(), err)
+	}
 	var oerr *net.OpError
 	if errors.As(err, &oerr) || errors.As(err, &nerr) || strings.Contains(err.Error(), "connection refused") {
 		return fmt.Errorf("cannot reach endpoint %s (--endpoint): %v", ep, err)

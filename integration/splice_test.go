@@ -381,3 +381,72 @@ func TestFaultyStoreStillSplicesAndItsFaultsReachTheSplice(t *testing.T) {
 		})
 	}
 }
+
+// A spliced reader whose server stops answering mid-object gets EIO within
+// the bound docs/operations.md gives for one block, (retries+1) read
+// timeouts and the pauses between them (15.25 s with --read-timeout 5s
+// --retries 2): the spliced GET that stalled counts as the block's first
+// attempt, as a whole-object stream's does.
+func TestSplicedReaderFacingAStoppedServerFailsWithinTheDocumentedBound(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, seed = 24 << 20, 75
+	srv.PutRandomObject(t, "data", "big.bin", size, seed)
+	// The server stops mid-object: the spliced GET sends its headers and
+	// part of its body, then nothing (the inner proxy), and every GET after
+	// it gets no answer at all (the outer one).
+	isGet := func(r *http.Request) bool {
+		return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/big.bin")
+	}
+	inner, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 3, Rate: 1,
+		Kinds: []faultproxy.Kind{faultproxy.StallBody}, StallFor: time.Minute, Match: isGet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inner.Close)
+	var gets atomic.Int64
+	proxy, err := faultproxy.Start(inner.URL, faultproxy.Config{Seed: 4, Rate: 1,
+		Kinds: []faultproxy.Kind{faultproxy.StallHeaders}, StallFor: time.Minute,
+		Match: func(r *http.Request) bool { return isGet(r) && gets.Add(1) > 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	const readTimeout, retries = 5 * time.Second, 2
+	const documented = (retries+1)*readTimeout + (50+200)*time.Millisecond // 15.25 s
+	const slack = 2500 * time.Millisecond
+	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
+		c.S3.Endpoint = proxy.URL
+		c.S3.ResponseTimeout = readTimeout // as the command sets it: --read-timeout
+		c.Core.ReadTimeout = readTimeout
+		c.Core.Retries = retries
+	})
+	f, err := os.Open(filepath.Join(mp, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); ; {
+		start := time.Now()
+		n, err := f.ReadAt(buf, off)
+		took := time.Since(start)
+		if err != nil {
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("read at %d: %v, want EIO", off, err)
+			}
+			t.Logf("read at %d failed after %v (documented bound %v)", off, took.Round(10*time.Millisecond), documented)
+			if took > documented+slack {
+				t.Errorf("the failing read took %v, above the documented %v (+%v slack)", took, documented, slack)
+			}
+			break
+		}
+		if !bytes.Equal(buf[:n], testenv.RandomBytes(seed, off, n)) {
+			t.Fatalf("read at %d: %d bytes differ from the object", off, n)
+		}
+		if off += int64(n); off >= size {
+			t.Fatal("the whole object arrived through a server that stalls every GET")
+		}
+	}
+	wantMetric(t, d, "splice_ends_total", "map[error:1]", "the stalled spliced GET ends in an error")
+}

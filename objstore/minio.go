@@ -58,6 +58,12 @@ func DefaultCredentials() *credentials.Credentials {
 	})
 }
 
+// The transport's bounds when Config leaves them 0.
+const (
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultResponseTimeout = 30 * time.Second
+)
+
 // Minio is the Store over minio-go.
 type Minio struct {
 	core *minio.Core
@@ -116,11 +122,11 @@ func NewMinio(cfg Config) (*Minio, error) {
 func newTransport(cfg Config, secure bool) (*http.Transport, error) {
 	connect := cfg.ConnectTimeout
 	if connect <= 0 {
-		connect = 5 * time.Second
+		connect = DefaultConnectTimeout
 	}
 	respond := cfg.ResponseTimeout
 	if respond <= 0 {
-		respond = 30 * time.Second
+		respond = DefaultResponseTimeout
 	}
 	maxConns := cfg.MaxConns
 	if maxConns <= 0 {
@@ -194,11 +200,29 @@ func (m *Minio) List(ctx context.Context, bucket, prefix, continuation string, m
 	if maxKeys <= 0 {
 		maxKeys = 1000
 	}
-	// Core's listing takes no context; honour cancellation before sending.
+	// Core's listing takes no context: it runs on, bounded by the
+	// transport's timeouts, while its caller leaves at the context's end
+	// (a start-up check's bound, an interrupted lookup).
 	if err := ctx.Err(); err != nil {
 		return Page{}, err
 	}
-	res, err := m.core.ListObjectsV2(bucket, prefix, "", continuation, "/", maxKeys)
+	type listed struct {
+		res minio.ListBucketV2Result
+		err error
+	}
+	done := make(chan listed, 1)
+	go func() {
+		res, err := m.core.ListObjectsV2(bucket, prefix, "", continuation, "/", maxKeys)
+		done <- listed{res, err}
+	}()
+	var res minio.ListBucketV2Result
+	var err error
+	select {
+	case l := <-done:
+		res, err = l.res, l.err
+	case <-ctx.Done():
+		return Page{}, ctx.Err()
+	}
 	if err != nil {
 		return Page{}, classify(err, bucket, prefix)
 	}

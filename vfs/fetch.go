@@ -140,6 +140,20 @@ func (fe *fetcher) prefetch(o object, from, to int64) int64 {
 	return to
 }
 
+// again sends block idx of o again after failed, a GET that did not bring
+// it (a spliced GET's), counting that GET as its first attempt; the next
+// read of the block waits for this download. Nothing is sent where the
+// block is cached or on its way already, where memory is short (the read
+// then fetches it on demand), or where failed is not worth a retry.
+func (fe *fetcher) again(o object, idx int64, failed error) {
+	if idx >= fe.blockCount(o) || !objstore.IsRetryable(failed) {
+		return
+	}
+	if blks, pends, _ := fe.reserve(o, idx, 1); len(pends) > 0 {
+		go fe.download(o, idx, blks, pends, failed)
+	}
+}
+
 // reserve takes memory for up to n blocks from idx without waiting (so it
 // never blocks a reader or exceeds the budget) and registers them as
 // downloading, stopping where memory runs out or at the first block that

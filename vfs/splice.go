@@ -166,7 +166,7 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 	want := int(min(int64(n), size-off))
 	if err := feed.besideErr; err != nil {
 		feed.rewind(off)
-		h.endSplice(feed, spliceError, err)
+		h.spliceFailed(feed, err)
 		feed.mu.Unlock()
 		return Reply{}, errFallBack
 	}
@@ -176,7 +176,7 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 	} else if feed.inPipe < want {
 		if err = feed.fill(want, h.f.m.SpliceSocketWaits); err != nil {
 			feed.rewind(off) // the reader's place: what reached the pipe goes with it
-			h.endSplice(feed, spliceError, err)
+			h.spliceFailed(feed, err)
 			feed.mu.Unlock()
 			return Reply{}, errFallBack
 		}
@@ -233,7 +233,7 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 	data, err := feed.copyOut(want)
 	if err != nil {
 		feed.rewind(off)
-		h.endSplice(feed, spliceError, err)
+		h.spliceFailed(feed, err)
 		feed.mu.Unlock()
 		return Reply{}, errFallBack
 	}
@@ -479,6 +479,19 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 		h.blocks.takeOver(feed.readerAt())
 	}
 	h.mu.Unlock()
+}
+
+// spliceFailed ends the feed after its GET failed on the socket (a
+// reset, a stall past the body's timeout) and sends the GET of the block
+// the reader is at again at once, the failed GET counted as its first
+// attempt, as a whole-object stream's failure is (stream.stop): the reader
+// then gets its bytes or an error within the bound of ranged GETs alone
+// (docs/operations.md), not a read timeout later. Called with feed.mu
+// held.
+func (h *Handle) spliceFailed(feed *spliceFeed, err error) {
+	at := feed.readerAt()
+	h.endSplice(feed, spliceError, err)
+	h.f.fetch.again(h.obj, at/int64(h.f.cfg.BlockSize), err)
 }
 
 // close ends the handle's spliced GET at close, once a reply still being

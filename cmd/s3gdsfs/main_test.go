@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -353,5 +357,292 @@ func TestFusePollFlag(t *testing.T) {
 	}
 	if cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "0"); cfg.FS.PollRequests != 0 {
 		t.Errorf("--fuse-poll 0: got %v", cfg.FS.PollRequests)
+	}
+}
+
+// An endpoint that accepts connections and never answers fails the mount
+// within the bound its message names (--connect-timeout + --read-timeout),
+// not after the S3 client's retries of --read-timeout each.
+func TestStartupAgainstSilentEndpointFailsWithinItsBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	start := time.Now()
+	r := runCLI(t, []string{"AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1"},
+		"mount", "--endpoint", "http://"+ln.Addr().String(), "--bucket", "data", "--metrics-addr", "off",
+		"--connect-timeout", "1s", "--read-timeout", "2s", t.TempDir())
+	elapsed := time.Since(start)
+	t.Logf("failed after %v: %s", elapsed.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+	const bound = 3 * time.Second
+	if r.code != exitFailure || !strings.Contains(r.stderr, "--read-timeout 2s") || !strings.Contains(r.stderr, "within "+bound.String()) {
+		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the bound %v and --read-timeout", r.code, r.stderr, exitFailure, bound)
+	}
+	if elapsed > bound+3*time.Second {
+		t.Fatalf("failed after %v; the message names %v", elapsed, bound)
+	}
+}
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startMount runs the built command in the foreground and waits until it
+// reports the mount; the process is killed at the end of the test.
+func startMount(t *testing.T, srv *testenv.Server, mp string, stderr *lockedBuffer, extra ...string) *exec.Cmd {
+	t.Helper()
+	args := append([]string{"mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off"}, extra...)
+	cmd := exec.Command(binary, append(args, mp)...)
+	cmd.Env = append(os.Environ(), credsEnv(srv)...)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); syscall.Unmount(mp, syscall.MNT_DETACH) })
+	waitFor(t, "the mount", func() bool { return strings.Contains(stderr.String(), "msg=mounted") })
+	return cmd
+}
+
+func mountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			n++
+		}
+	}
+	return n
+}
+
+// Within --meta-ttl of a SIGKILL the kernel still answers a stat of the
+// mountpoint from its cache; the next mount must still find the dead one
+// and detach it rather than stack on it.
+func TestMountAfterSIGKILLDetachesTheDeadMount(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "a.txt", []byte("alive\n"))
+	mp := t.TempDir()
+	var first lockedBuffer
+	cmd := startMount(t, srv, mp, &first, "--meta-ttl", "60s")
+	if _, err := os.Stat(mp); err != nil { // the root's attributes now cached
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := os.Stat(mp); err != nil {
+		t.Logf("stat of the dead mount: %v", err)
+	}
+	var second lockedBuffer
+	startMount(t, srv, mp, &second, "--meta-ttl", "60s")
+	if !strings.Contains(second.String(), "detached a dead FUSE mount") {
+		t.Errorf("the second mount logged no detach of the dead one:\n%s", second.String())
+	}
+	if n := mountsAt(t, mp); n != 1 {
+		t.Fatalf("%d mounts at %s, want 1 (the new one, not stacked on the dead one)", n, mp)
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "a.txt")); err != nil || string(got) != "alive\n" {
+		t.Fatalf("read through the new mount: %q %v", got, err)
+	}
+}
+
+// Mounting over a live s3gdsfs mount fails with a message naming it.
+func TestMountOverALiveMountFails(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp := t.TempDir()
+	var first lockedBuffer
+	startMount(t, srv, mp, &first)
+	r := runCLI(t, credsEnv(srv), "mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "live s3gdsfs mount (s3gdsfs:data)") {
+		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the live mount", r.code, r.stderr, exitFailure)
+	}
+	if n := mountsAt(t, mp); n != 1 {
+		t.Fatalf("%d mounts at %s, want 1", n, mp)
+	}
+}
+
+// A file held open delays the exit after SIGTERM, and the log says what
+// the daemon waits for; a second signal detaches the mount and exits.
+func TestShutdownWithAFileOpenSaysWhyAndASecondSignalExits(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "held.txt", []byte("held\n"))
+	mp := t.TempDir()
+	var stderr lockedBuffer
+	cmd := startMount(t, srv, mp, &stderr)
+	f, err := os.Open(filepath.Join(mp, "held.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the log of the wait", func() bool { return strings.Contains(stderr.String(), "waiting for the files still open") })
+	if !strings.Contains(stderr.String(), "open_files=1") {
+		t.Errorf("the wait's log does not count the open file:\n%s", stderr.String())
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("exited (%v) with a file open after one signal; the holder is still served", err)
+	default:
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after the second signal: %v\n%s", err, stderr.String())
+		}
+		t.Logf("exited %v after the second signal", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still running 5s after the second signal:\n%s", stderr.String())
+	}
+	if isMounted(t, mp) {
+		t.Fatal("still mounted after the second signal")
+	}
+	if !strings.Contains(stderr.String(), "second signal") {
+		t.Errorf("the log does not say why it exited:\n%s", stderr.String())
+	}
+}
+
+// vmHWM is the peak resident set of process pid, in bytes.
+func vmHWM(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// The mount's peak resident memory stays near --memory-limit under 64
+// readers (splicing off: every byte goes through block memory) and 7,500
+// lookups of missing names after them: Go's memory limit, set from
+// --memory-limit, keeps the collector from letting garbage grow to the
+// size of the live block memory. The daemon is the built command, so that
+// its peak (VmHWM) is its own.
+func TestMountPeakMemoryStaysNearTheMemoryLimit(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const objects, objSize = 16, 32 << 20
+	for i := range objects {
+		srv.PutRandomObject(t, "data", fmt.Sprintf("obj%02d.bin", i), objSize, int64(i))
+	}
+	mp := t.TempDir()
+	const limit = 256 << 20
+	var stderr lockedBuffer
+	// Half the block memory caches blocks (the default 1 GiB is more than
+	// --memory-limit allows): it stays live through the lookups.
+	cmd := startMount(t, srv, mp, &stderr, "--memory-limit", "256MiB", "--cache-size", "128MiB", "--splice", "never")
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for r := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(filepath.Join(mp, fmt.Sprintf("obj%02d.bin", r%objects)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			buf := make([]byte, 1<<20)
+			var n int64
+			for {
+				k, err := f.Read(buf)
+				n += int64(k)
+				if err != nil {
+					if n != objSize {
+						errs <- fmt.Errorf("reader %d: %d bytes, %v", r, n, err)
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	afterReads := vmHWM(t, cmd.Process.Pid)
+	const lookups = 7500
+	var next atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= lookups; i = next.Add(1) {
+				if _, err := os.Stat(filepath.Join(mp, fmt.Sprintf("missing-%05d", i))); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("stat of a missing name: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	peak := vmHWM(t, cmd.Process.Pid)
+	bound := int64(limit) * 5 / 4 // no GPU staging on this mount
+	t.Logf("peak RSS %.0f MiB after 64 readers, %.0f MiB after %d missing lookups on top; bound %.0f MiB (1.25 x --memory-limit %d MiB)",
+		float64(afterReads)/(1<<20), float64(peak)/(1<<20), lookups, float64(bound)/(1<<20), limit>>20)
+	if peak > bound {
+		t.Errorf("peak RSS %d MiB, above %d MiB", peak>>20, bound>>20)
+	}
+	if !strings.Contains(stderr.String(), "Go memory limit set") {
+		t.Errorf("the log does not say which Go memory limit was set:\n%s", stderr.String())
 	}
 }

@@ -196,11 +196,12 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Slots:          mf.stagingSlots,
 			PerCopier:      perCopier(mf.stagingPerCopier),
 		},
-		Splice:       string(mf.splice),
-		ReadAhead:    int64(mf.readAhead),
-		MetricsAddr:  metrics,
-		CheckTimeout: 2*mf.connectTimeout + 10*time.Second,
-		Log:          log,
+		Splice:      string(mf.splice),
+		ReadAhead:   int64(mf.readAhead),
+		MetricsAddr: metrics,
+		// CheckTimeout 0: one dial and one wait for the reply's headers,
+		// --connect-timeout + --read-timeout.
+		Log: log,
 	}, nil
 }
 
@@ -338,6 +339,11 @@ func runMount(args []string, helperForm bool) error {
 		}
 		return err
 	}
+	if limit, set := d.LimitGoMemory(); set {
+		log.Info("Go memory limit set from --memory-limit (GOMEMLIMIT overrides it)", "bytes", limit)
+	} else {
+		log.Info("Go memory limit left to GOMEMLIMIT", "bytes", limit)
+	}
 	if ready != nil {
 		fmt.Fprintln(ready, "ok")
 		ready.Close()
@@ -345,6 +351,11 @@ func runMount(args []string, helperForm bool) error {
 	return serveUntilSignal(d, log)
 }
 
+// serveUntilSignal serves until the mount goes away or a signal asks
+// for it. The first SIGINT or SIGTERM unmounts (lazily where files are
+// open) and waits, saying so, for the files still open to close, since
+// their readers are served until then; a second one detaches at once and
+// exits, and those readers get ENOTCONN.
 func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -356,13 +367,51 @@ func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 		log.Info("unmounted from outside")
 		return nil
 	case s := <-sigs:
-		log.Info("unmounting", "signal", s.String())
+		log.Info("unmounting", "signal", s.String(), "open_files", d.OpenFiles())
 	}
-	if err := d.Unmount(); err != nil {
-		return err
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- d.Unmount() }()
+	waitLogged := false
+	tick := time.NewTicker(waitLogInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-unmounted:
+			if err != nil {
+				return err
+			}
+			unmounted = nil
+			if !waitLogged {
+				select {
+				case <-done:
+					return nil
+				case <-time.After(100 * time.Millisecond):
+				}
+				logWait(d, log)
+				waitLogged = true
+			}
+		case <-done:
+			return nil
+		case <-tick.C:
+			// Still waiting: for the busy mount's unmount, or for the
+			// files open on the detached mount to close.
+			logWait(d, log)
+			waitLogged = true
+		case s := <-sigs:
+			log.Warn("second signal: detaching the mount and exiting; readers of files still open get ENOTCONN",
+				"signal", s.String(), "open_files", d.OpenFiles())
+			return d.Detach()
+		}
 	}
-	<-done
-	return nil
+}
+
+// waitLogInterval is how often a shutdown that waits for open files says
+// so.
+const waitLogInterval = 10 * time.Second
+
+func logWait(d *daemon.Daemon, log *slog.Logger) {
+	log.Warn("waiting for the files still open on the mount to close before exiting; send SIGINT or SIGTERM again to detach and exit now",
+		"open_files", d.OpenFiles())
 }
 
 func readyPipe() *os.File {

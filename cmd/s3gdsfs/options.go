@@ -76,7 +76,7 @@ func mountOptions(mf *mountFlags) []option {
 			help: "mount one bucket, or a prefix of it; without it every bucket the credentials can list is a directory"},
 		{name: "region", group: groupStore, arg: "REGION", value: newString(&mf.region, envOr("AWS_REGION", "us-east-1")), def: "`$AWS_REGION`, else `us-east-1`",
 			help: "S3 region"},
-		{name: "ca-bundle", group: groupStore, arg: "FILE", value: newString(&mf.caBundle, ""), def: "none",
+		{name: "ca-bundle", group: groupStore, arg: "FILE", value: newString(&mf.caBundle, os.Getenv("AWS_CA_BUNDLE")), def: "`$AWS_CA_BUNDLE`, else none",
 			help: "PEM file of CA certificates trusted beside the system store, for https endpoints"},
 		{name: "virtual-host", group: groupStore, value: newBool(&mf.virtualHost, false), bare: "true",
 			help: "virtual-hosted-style addressing (`bucket.host`) instead of path-style"},

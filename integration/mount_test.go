@@ -514,3 +514,37 @@ func TestPageCacheNeverMixesVersions(t *testing.T) {
 		t.Fatalf("second read of the new version: sha256 %s, want %s", got, newSum)
 	}
 }
+
+// df sees a large filesystem with nothing used (not 100% full), and
+// directories have the mount's start for their times, atime too.
+func TestStatfsAndDirectoryTimesAreSane(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "d/x", []byte("x"))
+	before := time.Now().Add(-time.Second)
+	mp, _ := mountOf(t, srv, "data", nil)
+	after := time.Now().Add(time.Second)
+
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mp, &st); err != nil {
+		t.Fatal(err)
+	}
+	size := st.Blocks * uint64(st.Frsize)
+	if st.Blocks == 0 || st.Bfree != st.Blocks || st.Bavail != st.Blocks || size < 1<<40 || size > 1<<52 {
+		t.Errorf("statfs: blocks %d free %d avail %d of %d bytes: want a large size (1 TiB to 4 PiB), all of it free", st.Blocks, st.Bfree, st.Bavail, st.Frsize)
+	}
+	if st.Files == 0 || st.Ffree != st.Files {
+		t.Errorf("statfs: files %d free %d: want all free", st.Files, st.Ffree)
+	}
+	for _, dir := range []string{mp, filepath.Join(mp, "d")} {
+		var s syscall.Stat_t
+		if err := syscall.Stat(dir, &s); err != nil {
+			t.Fatal(err)
+		}
+		for name, ts := range map[string]syscall.Timespec{"atime": s.Atim, "mtime": s.Mtim, "ctime": s.Ctim} {
+			if tm := time.Unix(ts.Unix()); tm.Before(before) || tm.After(after) {
+				t.Errorf("%s: %s %v, want the mount's start (%v to %v)", dir, name, tm, before, after)
+			}
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -545,6 +546,45 @@ func TestStatfsAndDirectoryTimesAreSane(t *testing.T) {
 			if tm := time.Unix(ts.Unix()); tm.Before(before) || tm.After(after) {
 				t.Errorf("%s: %s %v, want the mount's start (%v to %v)", dir, name, tm, before, after)
 			}
+		}
+	}
+}
+
+// A key the server lists under a name it cannot GET back (versitygw lists
+// "ctl\x01.txt" as "ctl\uFFFD.txt") is not shown, and is counted as skipped:
+// every name listed opens, and the replacement name is not found.
+func TestListedNamesWithReplacementCharAreSkipped(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "ctl\x01.txt", []byte("control"))
+	srv.PutObject(t, "data", "ok.txt", []byte("fine"))
+	mp, d := mountOf(t, srv, "data", nil)
+
+	ents, err := os.ReadDir(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		if strings.ContainsRune(e.Name(), '\uFFFD') {
+			t.Errorf("listed %q, a name no GET finds", e.Name())
+			continue
+		}
+		if _, err := os.ReadFile(filepath.Join(mp, e.Name())); err != nil {
+			t.Errorf("listed %q, and it does not read: %v", e.Name(), err)
+		}
+	}
+	t.Logf("listed %q", names)
+	if !slices.Contains(names, "ok.txt") {
+		t.Errorf("listed %q, without ok.txt", names)
+	}
+	if _, err := os.Stat(filepath.Join(mp, "ctl\uFFFD.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat of the replacement name: %v, want ENOENT", err)
+	}
+	if !slices.Contains(names, "ctl\x01.txt") { // the server mangled it: counted
+		if got := metricAt(t, d, "skipped_keys_total", "replacement_char"); got != 1 {
+			t.Errorf("skipped keys {replacement_char} = %v, want 1", got)
 		}
 	}
 }

@@ -119,8 +119,9 @@ func (m *mount) caps() []byte {
 	if m.gpu != nil {
 		c.RDMA.Minter, c.RDMA.Fabric = m.gpu.RDMAInfo()
 		if devs, err := m.gpu.Backend().Devices(); err == nil {
-			c.CUDAAvailable = true
 			c.CUDABackend = m.gpu.Backend().Name()
+			// The host stand-in has a device but no CUDA behind it.
+			c.CUDAAvailable = c.CUDABackend != abi.CUDABackendHostStandin
 			for _, d := range devs {
 				c.Devices = append(c.Devices, abi.CapsDevice{Ordinal: d.Ordinal, Name: d.Name})
 			}

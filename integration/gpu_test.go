@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +181,45 @@ func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
 	// The daemon still serves.
 	if res, err := s3gds.Read(f, hostRequest(buf, 0, 1<<20, 0)); err != nil || res.Bytes != 1<<20 {
 		t.Fatalf("valid read after bad ones: %+v %v", res, err)
+	}
+}
+
+// Reads past the end are short whatever the offset, 2^63 and more too
+// (docs/ioctl.md): 0 bytes, nothing written.
+func TestGPUReadAtHugeOffsetsIsShort(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutRandomObject(t, "data", "obj", 1<<20, 13)
+	mp, dir, _ := gpuMount(t, srv, "data", nil)
+	f, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := hostBuffer(t, dir, "b", 4096, 0x22)
+	for _, off := range []uint64{1 << 20, 1<<62 - 1, 1 << 62, 1 << 63, 1<<63 + 5, math.MaxUint64} {
+		res, err := s3gds.Read(f, hostRequest(buf, off, 4096, 0))
+		if err != nil || res.Bytes != 0 {
+			t.Errorf("offset %d: %+v %v, want a short read of 0 bytes", off, res, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, buf)); !bytes.Equal(b, bytes.Repeat([]byte{0x22}, 4096)) {
+		t.Error("a read past the end wrote into the buffer")
+	}
+}
+
+// Under the host stand-in the caps name its backend and its one device, and
+// say there is no CUDA.
+func TestCapsUnderHostStandinSayNoCUDA(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, _, _ := gpuMount(t, srv, "data", nil)
+	caps, err := s3gds.Caps(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.CUDAAvailable || caps.CUDABackend != abi.CUDABackendHostStandin || len(caps.Devices) != 1 || caps.Devices[0].Name != "host-standin" {
+		t.Errorf("caps %+v: want cuda_available false, backend host-standin, one device named host-standin", caps)
 	}
 }
 

@@ -5,12 +5,14 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -386,7 +388,7 @@ func explainCheck(err error, cfg Config) error {
 	case errors.Is(err, objstore.ErrAccessDenied):
 		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
-		return fmt.Errorf("TLS with %s failed (a private CA? pass it with --ca-bundle): %v", ep, err)
+		return explainTLS(err, cfg)
 	}
 	var nerr net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout() && !strings.Contains(err.Error(), "dial")) {
@@ -397,6 +399,50 @@ func explainCheck(err error, cfg Config) error {
 		return fmt.Errorf("cannot reach endpoint %s (--endpoint): %v", ep, err)
 	}
 	return fmt.Errorf("start-up check against %s failed: %v", ep, err)
+}
+
+// explainTLS says why a TLS handshake with the endpoint failed and what to
+// change: a private CA is one cause of several.
+func explainTLS(err error, cfg Config) error {
+	ep := cfg.S3.Endpoint
+	var host *x509.HostnameError
+	var unknown x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &host) || strings.Contains(err.Error(), "x509: certificate is valid for") ||
+		strings.Contains(err.Error(), "x509: certificate is not valid for any names"):
+		want := ""
+		if u, perr := url.Parse(ep); perr == nil {
+			want = u.Hostname()
+		}
+		what := "does not name " + want
+		// The error's text names the names when its type did not survive the
+		// S3 client's wrapping: "x509: certificate is valid for A, B, not H".
+		if _, rest, ok := strings.Cut(err.Error(), "x509: certificate is valid for "); ok {
+			if i := strings.LastIndex(rest, ", not "); i >= 0 {
+				what = fmt.Sprintf("is for %s, not %s", rest[:i], want)
+			}
+		}
+		if host != nil && host.Certificate != nil {
+			var names []string
+			for _, ip := range host.Certificate.IPAddresses {
+				names = append(names, ip.String())
+			}
+			names = append(names, host.Certificate.DNSNames...)
+			if len(names) == 0 {
+				names = []string{"no names"}
+			}
+			what = fmt.Sprintf("is for %s, not %s", strings.Join(names, ", "), host.Host)
+		}
+		return fmt.Errorf("TLS with %s failed: the endpoint's certificate %s (a host name mismatch, not a CA problem): give --endpoint a host the certificate names: %v", ep, what, err)
+	case errors.As(err, &unknown) || strings.Contains(err.Error(), "x509: certificate signed by unknown authority"):
+		if cfg.S3.CABundle != "" {
+			return fmt.Errorf("TLS with %s failed: its certificate is signed by a CA that neither the system store nor the CA bundle %s holds (--ca-bundle, $AWS_CA_BUNDLE): %v", ep, cfg.S3.CABundle, err)
+		}
+		return fmt.Errorf("TLS with %s failed (a private CA? pass it with --ca-bundle or $AWS_CA_BUNDLE): %v", ep, err)
+	case strings.Contains(err.Error(), "x509: certificate has expired or is not yet valid"):
+		return fmt.Errorf("TLS with %s failed: its certificate is out of its validity period (or this host's clock is off): %v", ep, err)
+	}
+	return fmt.Errorf("TLS with %s failed: %v", ep, err)
 }
 
 // StaticCredentials is for the demo and tests, which hold their own keys.

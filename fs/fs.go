@@ -158,14 +158,19 @@ func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	// An object store has no fixed capacity; report a large, empty, read-only
-	// filesystem so tools that check free space do not refuse to run.
-	const blocks = 1 << 40
+	// An object store has no fixed capacity and nothing here is used up by
+	// writing: report a large filesystem with nothing used and all of it
+	// free (1 PiB and a billion inodes, as rclone does), so df reads 0%
+	// and tools that check free space do not refuse to run.
+	const size, files = 1 << 50, 1_000_000_000
 	out.Bsize = MaxRead
 	out.Frsize = MaxRead
-	out.Blocks = blocks
+	out.Blocks = size / MaxRead
+	out.Bfree = out.Blocks
+	out.Bavail = out.Blocks
+	out.Files = files
+	out.Ffree = files
 	out.NameLen = 255
-	out.Files = 1 << 40
 	return 0
 }
 
@@ -173,7 +178,8 @@ func (m *mount) fillDirAttr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFDIR | m.opts.DirMode
 	a.Nlink = 2
 	a.Owner = fuse.Owner{Uid: m.opts.UID, Gid: m.opts.GID}
-	a.SetTimes(nil, &m.started, &m.started)
+	// S3 keeps no time for a prefix: a directory's times are the mount's start.
+	a.SetTimes(&m.started, &m.started, &m.started)
 }
 
 // fileNode is one object.

@@ -3,6 +3,9 @@ package fs
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -29,7 +32,7 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 	if !ok {
 		return 0, m.gpuFail(syscall.EINVAL)
 	}
-	if !m.mayRead(caller.Uid, caller.Gid) {
+	if !m.mayRead(caller.Uid, caller.Gid, caller.Pid) {
 		return 0, m.gpuFail(syscall.EACCES)
 	}
 	if m.gpu == nil {
@@ -60,18 +63,53 @@ func (m *mount) gpuFail(en syscall.Errno) syscall.Errno {
 }
 
 // mayRead applies the file's mode to the caller, as the kernel did at open:
-// a descriptor handed to another process must not carry reads past it.
-func (m *mount) mayRead(uid, gid uint32) bool {
+// a descriptor handed to another process must not carry reads past it. The
+// group bits apply to a caller in the file's group by its primary group or
+// by a supplementary one (FUSE names only the primary: the others are read
+// from /proc for the thread pid).
+func (m *mount) mayRead(uid, gid, pid uint32) bool {
 	mode := m.opts.FileMode
 	switch {
 	case uid == 0:
 		return true
 	case uid == m.opts.UID:
 		return mode&0o400 != 0
-	case gid == m.opts.GID:
+	case gid == m.opts.GID || inGroup(pid, m.opts.GID):
 		return mode&0o040 != 0
 	}
 	return mode&0o004 != 0
+}
+
+// inGroup reports whether the thread pid has gid among its supplementary
+// groups (the Groups: line of /proc/PID/status). A thread that is gone, or
+// whose status cannot be read, is in no group.
+func inGroup(pid, gid uint32) bool {
+	if pid == 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return false
+	}
+	return statusHasGroup(string(b), gid)
+}
+
+// statusHasGroup reports whether the Groups: line of a /proc/PID/status text
+// lists gid.
+func statusHasGroup(status string, gid uint32) bool {
+	for _, line := range strings.Split(status, "\n") {
+		v, ok := strings.CutPrefix(line, "Groups:")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(v) {
+			if g, err := strconv.ParseUint(f, 10, 32); err == nil && uint32(g) == gid {
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // caps is the JSON of the caps extended attribute.
@@ -81,8 +119,9 @@ func (m *mount) caps() []byte {
 	if m.gpu != nil {
 		c.RDMA.Minter, c.RDMA.Fabric = m.gpu.RDMAInfo()
 		if devs, err := m.gpu.Backend().Devices(); err == nil {
-			c.CUDAAvailable = true
 			c.CUDABackend = m.gpu.Backend().Name()
+			// The host stand-in has a device but no CUDA behind it.
+			c.CUDAAvailable = c.CUDABackend != abi.CUDABackendHostStandin
 			for _, d := range devs {
 				c.Devices = append(c.Devices, abi.CapsDevice{Ordinal: d.Ordinal, Name: d.Name})
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,6 +184,45 @@ func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
 	}
 }
 
+// Reads past the end are short whatever the offset, 2^63 and more too
+// (docs/ioctl.md): 0 bytes, nothing written.
+func TestGPUReadAtHugeOffsetsIsShort(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutRandomObject(t, "data", "obj", 1<<20, 13)
+	mp, dir, _ := gpuMount(t, srv, "data", nil)
+	f, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := hostBuffer(t, dir, "b", 4096, 0x22)
+	for _, off := range []uint64{1 << 20, 1<<62 - 1, 1 << 62, 1 << 63, 1<<63 + 5, math.MaxUint64} {
+		res, err := s3gds.Read(f, hostRequest(buf, off, 4096, 0))
+		if err != nil || res.Bytes != 0 {
+			t.Errorf("offset %d: %+v %v, want a short read of 0 bytes", off, res, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, buf)); !bytes.Equal(b, bytes.Repeat([]byte{0x22}, 4096)) {
+		t.Error("a read past the end wrote into the buffer")
+	}
+}
+
+// Under the host stand-in the caps name its backend and its one device, and
+// say there is no CUDA.
+func TestCapsUnderHostStandinSayNoCUDA(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, _, _ := gpuMount(t, srv, "data", nil)
+	caps, err := s3gds.Caps(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.CUDAAvailable || caps.CUDABackend != abi.CUDABackendHostStandin || len(caps.Devices) != 1 || caps.Devices[0].Name != "host-standin" {
+		t.Errorf("caps %+v: want cuda_available false, backend host-standin, one device named host-standin", caps)
+	}
+}
+
 func rawIoctl(f *os.File, cmd uint32, b []byte) error {
 	conn, err := f.SyscallConn()
 	if err != nil {
@@ -350,6 +390,7 @@ func TestGPUReadByCallerWithoutReadPermissionIsEACCES(t *testing.T) {
 	mp, dir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		c.FS.FileMode = 0o440
 		c.FS.UID, c.FS.GID = 0, 0
+		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
 	})
 	buf := hostBuffer(t, dir, "b", 4096, 0)
 	os.Chmod(filepath.Join(dir, buf), 0o666)
@@ -359,6 +400,48 @@ func TestGPUReadByCallerWithoutReadPermissionIsEACCES(t *testing.T) {
 	}
 	defer f.Close()
 	// ... and hands the descriptor to a process running as nobody.
+	out, err := childIoctlAs(t, f, buf, &syscall.Credential{Uid: 65534, Gid: 65534})
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || unix.Errno(ee.ExitCode()) != unix.EACCES {
+		t.Fatalf("child as nobody: %v (%s), want exit with EACCES (%d)", err, out, unix.EACCES)
+	}
+}
+
+// A caller in the file's group by a supplementary group may read(2) it, and
+// so may read it into GPU memory.
+func TestGPUReadBySupplementaryGroupMember(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "shared", []byte("for the group"))
+	const group = 4242
+	mp, dir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.FS.FileMode = 0o440
+		c.FS.UID, c.FS.GID = 0, group
+		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
+	})
+	buf := hostBuffer(t, dir, "b", 4096, 0)
+	os.Chmod(filepath.Join(dir, buf), 0o666)
+	f, err := os.Open(filepath.Join(mp, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out, err := childIoctlAs(t, f, buf, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{group}})
+	if err != nil {
+		t.Fatalf("child as nobody with supplementary group %d: %v (%s), want success", group, err, out)
+	}
+	// The group bits, not the other bits, let it in: without the group it is refused.
+	out, err = childIoctlAs(t, f, buf, &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{65534}})
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || unix.Errno(ee.ExitCode()) != unix.EACCES {
+		t.Fatalf("child as nobody outside group %d: %v (%s), want exit with EACCES", group, err, out)
+	}
+}
+
+// childIoctlAs runs childIoctl as cred on f (its fd 3), into the host
+// buffer buf, and returns its output and how it exited.
+func childIoctlAs(t *testing.T, f *os.File, buf string, cred *syscall.Credential) (string, error) {
+	t.Helper()
 	// The test binary lives in a directory only root may enter: copy it.
 	exeDir, err := os.MkdirTemp("", "s3gdsfs-child-")
 	if err != nil {
@@ -373,12 +456,9 @@ func TestGPUReadByCallerWithoutReadPermissionIsEACCES(t *testing.T) {
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "S3GDSFS_TEST_IOCTL_AS_CHILD=1", "S3GDSFS_TEST_BUF="+buf)
 	cmd.ExtraFiles = []*os.File{f}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || unix.Errno(ee.ExitCode()) != unix.EACCES {
-		t.Fatalf("child as nobody: %v (%s), want exit with EACCES (%d)", err, strings.TrimSpace(string(out)), unix.EACCES)
-	}
+	return strings.TrimSpace(string(out)), err
 }
 
 func TestPythonClientReadsIntoHostBuffer(t *testing.T) {

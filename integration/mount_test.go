@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -512,5 +513,78 @@ func TestPageCacheNeverMixesVersions(t *testing.T) {
 	}
 	if got := fileSHA256(t, path, 1<<20); got != newSum {
 		t.Fatalf("second read of the new version: sha256 %s, want %s", got, newSum)
+	}
+}
+
+// df sees a large filesystem with nothing used (not 100% full), and
+// directories have the mount's start for their times, atime too.
+func TestStatfsAndDirectoryTimesAreSane(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "d/x", []byte("x"))
+	before := time.Now().Add(-time.Second)
+	mp, _ := mountOf(t, srv, "data", nil)
+	after := time.Now().Add(time.Second)
+
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mp, &st); err != nil {
+		t.Fatal(err)
+	}
+	size := st.Blocks * uint64(st.Frsize)
+	if st.Blocks == 0 || st.Bfree != st.Blocks || st.Bavail != st.Blocks || size < 1<<40 || size > 1<<52 {
+		t.Errorf("statfs: blocks %d free %d avail %d of %d bytes: want a large size (1 TiB to 4 PiB), all of it free", st.Blocks, st.Bfree, st.Bavail, st.Frsize)
+	}
+	if st.Files == 0 || st.Ffree != st.Files {
+		t.Errorf("statfs: files %d free %d: want all free", st.Files, st.Ffree)
+	}
+	for _, dir := range []string{mp, filepath.Join(mp, "d")} {
+		var s syscall.Stat_t
+		if err := syscall.Stat(dir, &s); err != nil {
+			t.Fatal(err)
+		}
+		for name, ts := range map[string]syscall.Timespec{"atime": s.Atim, "mtime": s.Mtim, "ctime": s.Ctim} {
+			if tm := time.Unix(ts.Unix()); tm.Before(before) || tm.After(after) {
+				t.Errorf("%s: %s %v, want the mount's start (%v to %v)", dir, name, tm, before, after)
+			}
+		}
+	}
+}
+
+// A key the server lists under a name it cannot GET back (versitygw lists
+// "ctl\x01.txt" as "ctl\uFFFD.txt") is not shown, and is counted as skipped:
+// every name listed opens, and the replacement name is not found.
+func TestListedNamesWithReplacementCharAreSkipped(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "ctl\x01.txt", []byte("control"))
+	srv.PutObject(t, "data", "ok.txt", []byte("fine"))
+	mp, d := mountOf(t, srv, "data", nil)
+
+	ents, err := os.ReadDir(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		if strings.ContainsRune(e.Name(), '\uFFFD') {
+			t.Errorf("listed %q, a name no GET finds", e.Name())
+			continue
+		}
+		if _, err := os.ReadFile(filepath.Join(mp, e.Name())); err != nil {
+			t.Errorf("listed %q, and it does not read: %v", e.Name(), err)
+		}
+	}
+	t.Logf("listed %q", names)
+	if !slices.Contains(names, "ok.txt") {
+		t.Errorf("listed %q, without ok.txt", names)
+	}
+	if _, err := os.Stat(filepath.Join(mp, "ctl\uFFFD.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat of the replacement name: %v, want ENOENT", err)
+	}
+	if !slices.Contains(names, "ctl\x01.txt") { // the server mangled it: counted
+		if got := metricAt(t, d, "skipped_keys_total", "replacement_char"); got != 1 {
+			t.Errorf("skipped keys {replacement_char} = %v, want 1", got)
+		}
 	}
 }

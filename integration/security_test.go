@@ -384,7 +384,46 @@ func TestTLSEndpointWithCustomCA(t *testing.T) {
 var documentedErrnos = map[unix.Errno]bool{
 	unix.EINVAL: true, unix.ENODEV: true, unix.EBADF: true, unix.ENOENT: true, unix.ERANGE: true,
 	unix.EACCES: true, unix.EIO: true, unix.ESTALE: true, unix.ECANCELED: true, unix.EOPNOTSUPP: true,
-	unix.EINTR: true, unix.ENOTTY: true,
+	unix.EINTR: true, unix.ENOTTY: true, unix.EFAULT: true, unix.ECONNABORTED: true,
+}
+
+// The errno table of docs/ioctl.md lists what the daemon answers (the
+// store's ENOENT of a deleted object among them) and what the kernel
+// answers for it (EFAULT, ECONNABORTED): documentedErrnos, no more, no less.
+func TestIoctlDocListsEveryErrno(t *testing.T) {
+	b, err := os.ReadFile("../docs/ioctl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "## Return value and errno")
+	if !ok {
+		t.Fatal("docs/ioctl.md has no errno section")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	byName := map[string]unix.Errno{"EOPNOTSUPP": unix.EOPNOTSUPP} // ErrnoName says ENOTSUP
+	for en := unix.Errno(1); en < 256; en++ {
+		byName[unix.ErrnoName(en)] = en
+	}
+	doc := map[unix.Errno]string{}
+	for _, line := range strings.Split(table, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `E"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			en := byName["E"+name]
+			if en == 0 {
+				t.Errorf("docs/ioctl.md lists E%s, no errno", name)
+			}
+			doc[en] = "E" + name
+		}
+	}
+	for en := range documentedErrnos {
+		if doc[en] == "" {
+			t.Errorf("docs/ioctl.md does not list %s", unix.ErrnoName(en))
+		}
+		delete(doc, en)
+	}
+	for _, name := range doc {
+		t.Errorf("docs/ioctl.md lists %s, which documentedErrnos lacks", name)
+	}
 }
 
 func ioctlErrno(fd int, cmd uint32, arg []byte) unix.Errno {

@@ -58,7 +58,9 @@ func (c *Callers) Read(ctx context.Context, file any, tid int, req abi.ReadReque
 	c.add(owner, file)
 	res, err := c.engine.Read(ctx, Request{
 		Bucket: bucket, Key: key, Version: v,
-		Offset: int64(req.Offset), Length: int64(min(req.Length, 1<<62)),
+		// Offsets of 2^62 and more are past any object's end (2^63 and
+		// more would be negative): the read is short, of 0 bytes.
+		Offset: int64(min(req.Offset, 1<<62)), Length: int64(min(req.Length, 1<<62)),
 		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
 		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, Token: req.Token(),
 	})

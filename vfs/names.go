@@ -18,6 +18,13 @@ const (
 // maxNameLen is Linux's NAME_MAX.
 const maxNameLen = 255
 
+// skipReplacement is a name with U+FFFD, the replacement character: a
+// server that cannot encode a key's bytes in its listing (versitygw lists
+// "ctl\x01.txt" as "ctl\uFFFD.txt") names a key no GET finds, so the name
+// would stat and fail to open. Listings skip it and lookups do not find it;
+// a key that truly holds U+FFFD is hidden with them.
+const skipReplacement = "replacement_char"
+
 // nameProblem returns why name cannot be a file name in the mount, or "".
 func nameProblem(name string) string {
 	switch {
@@ -29,6 +36,8 @@ func nameProblem(name string) string {
 		return skipTooLong
 	case strings.ContainsRune(name, 0) || strings.ContainsRune(name, '/'):
 		return skipBadByte
+	case strings.Contains(name, "\uFFFD"):
+		return skipReplacement
 	}
 	return ""
 }

@@ -70,6 +70,9 @@ func TestNameProblem(t *testing.T) {
 		strings.Repeat("x", 255): "",
 		strings.Repeat("x", 256): skipTooLong,
 		"a\x00b":                 skipBadByte,
+		"ctl\uFFFD.txt":          skipReplacement,
+		"ctl\x01.txt":            "",
+		"latin1-\xe9":            "", // not UTF-8, but no replacement character
 	}
 	for name, want := range cases {
 		if got := nameProblem(name); got != want {

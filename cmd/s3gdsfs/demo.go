@@ -134,10 +134,11 @@ func runDemo(args []string) error {
 		return err
 	}
 	printCounters(d)
-	if d.MetricsAddr() != "" {
-		fmt.Printf("\nPrometheus metrics: http://%s/metrics\n", d.MetricsAddr())
-	}
 	if !*once {
+		// Only while the program stays up is there anything at the address.
+		if d.MetricsAddr() != "" {
+			fmt.Printf("\nPrometheus metrics: http://%s/metrics\n", d.MetricsAddr())
+		}
 		fmt.Printf("\nThe mount stays at %s; try: ls %s  |  getfattr -d -m user.s3gdsfs %s\nPress Ctrl-C to unmount and exit.\n", mp, mp, mp)
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -253,34 +254,58 @@ func (r *randomReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// printTree lists the mount's directories, each with the files under it
+// (in it and below) and their size; the top line is the mount itself.
 func printTree(root string) {
-	step("the mount's tree (directories with their file counts)")
+	step("the mount's tree (each directory with the files under it)")
+	type dir struct {
+		rel          string
+		files, bytes int64
+	}
+	var dirs []*dir
+	byPath := map[string]*dir{}
 	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			fmt.Printf("    %s: %v\n", path, err)
 			return nil
 		}
-		if !d.IsDir() {
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			e := &dir{rel: rel}
+			dirs = append(dirs, e)
+			byPath[rel] = e
 			return nil
 		}
-		rel, _ := filepath.Rel(root, path)
-		entries, _ := os.ReadDir(path)
-		files, size := 0, int64(0)
-		for _, e := range entries {
-			if !e.IsDir() {
-				files++
-				if info, err := e.Info(); err == nil {
-					size += info.Size()
-				}
+		var size int64
+		if info, err := d.Info(); err == nil {
+			size = info.Size()
+		}
+		for p := filepath.Dir(rel); ; p = filepath.Dir(p) {
+			if e := byPath[p]; e != nil {
+				e.files++
+				e.bytes += size
+			}
+			if p == "." {
+				break
 			}
 		}
-		depth := strings.Count(rel, string(filepath.Separator))
-		if rel == "." {
-			depth = -1
-		}
-		fmt.Printf("    %s%s/  %d files, %s\n", strings.Repeat("  ", depth+1), filepath.Base(path), files, humanBytes(size))
 		return nil
 	})
+	for _, e := range dirs {
+		name, depth := root, 0
+		if e.rel != "." {
+			name, depth = filepath.Base(e.rel), strings.Count(e.rel, string(filepath.Separator))+1
+		}
+		fmt.Printf("    %s%s/  %s, %s\n", strings.Repeat("  ", depth), name, plural(e.files, "file"), humanBytes(e.bytes))
+	}
+}
+
+// plural is n and the noun, with an s unless n is 1.
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func verifyDemo(mp string, want map[string]string) error {
@@ -401,8 +426,12 @@ func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) err
 		if hex.EncodeToString(sum[:]) != want[key] {
 			ok = "BAD"
 		}
-		fmt.Printf("    %s %-32s %s via %s (rdma %s, http %s), decline: %s, %s\n", ok, key, humanBytes(int64(res.Bytes)),
-			res.Transport, humanBytes(int64(res.RDMABytes)), humanBytes(int64(res.HTTPBytes)), res.Decline, res.Elapsed.Round(time.Microsecond))
+		why := ""
+		if decline {
+			why = " (deliberate: the demo told the fabric to decline this read, to show the fallback to HTTP)"
+		}
+		fmt.Printf("    %s %-32s %s via %s (rdma %s, http %s), %s, decline: %s%s\n", ok, key, humanBytes(int64(res.Bytes)),
+			res.Transport, humanBytes(int64(res.RDMABytes)), humanBytes(int64(res.HTTPBytes)), res.Elapsed.Round(time.Microsecond), res.Decline, why)
 		if ok != "ok " {
 			return fmt.Errorf("GPU read of %s: bytes differ from what was uploaded", key)
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -339,6 +340,24 @@ func TestDemoRunsEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(r.stdout+r.stderr, demoSecret) {
 		t.Error("the demo printed its secret key")
+	}
+	// The forced decline says it is deliberate, not a failure.
+	if !regexp.MustCompile(`decline: server_501 \(deliberate[^\n]*fallback`).MatchString(r.stdout) {
+		t.Errorf("the forced server_501 decline does not say it is deliberate:\n%s", r.stdout)
+	}
+	// The tree's top line is the mount with every file under it; counts are
+	// of the files under each directory, "1 file" in the singular.
+	for _, re := range []string{`(?m)^    /\S+/mnt/  203 files, `, `(?m)^      train/  200 files, `, `(?m)^      deep/  1 file, 18 B$`, `(?m)^      models/  1 file, 24\.0 MiB$`} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("demo tree lacks %s:\n%s", re, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, " 1 files") || strings.Contains(r.stdout, " 0 files") {
+		t.Errorf("demo tree says \"1 files\" or a directory with 0 files:\n%s", r.stdout)
+	}
+	// With --once nothing is left at the metrics address when it is printed.
+	if strings.Contains(r.stdout, "Prometheus metrics") {
+		t.Errorf("demo --once printed the metrics address as it exits:\n%s", r.stdout)
 	}
 }
 

@@ -77,6 +77,9 @@ func parseMountArgs(args []string, helperForm bool) (mountFlags, []string, error
 			return mf, nil, err
 		}
 	}
+	if err := s.settle(); err != nil {
+		return mf, nil, err
+	}
 	if helperForm && len(positional) == 2 {
 		if src := positional[0]; src != "s3gdsfs" && src != "none" && mf.bucket == "" {
 			mf.bucket = src

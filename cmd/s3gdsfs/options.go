@@ -76,7 +76,7 @@ func mountOptions(mf *mountFlags) []option {
 			help: "mount one bucket, or a prefix of it; without it every bucket the credentials can list is a directory"},
 		{name: "region", group: groupStore, arg: "REGION", value: newString(&mf.region, envOr("AWS_REGION", "us-east-1")), def: "`$AWS_REGION`, else `us-east-1`",
 			help: "S3 region"},
-		{name: "ca-bundle", group: groupStore, arg: "FILE", value: newString(&mf.caBundle, ""), def: "none",
+		{name: "ca-bundle", group: groupStore, arg: "FILE", value: newString(&mf.caBundle, os.Getenv("AWS_CA_BUNDLE")), def: "`$AWS_CA_BUNDLE`, else none",
 			help: "PEM file of CA certificates trusted beside the system store, for https endpoints"},
 		{name: "virtual-host", group: groupStore, value: newBool(&mf.virtualHost, false), bare: "true",
 			help: "virtual-hosted-style addressing (`bucket.host`) instead of path-style"},
@@ -99,7 +99,8 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: newSize(&mf.memoryLimit, vfs.DefaultMemoryLimit),
 			help: "all block memory: prefetch buffers and cache"},
 		{name: "cache-size", group: groupMemory, arg: "SIZE", value: newSize(&mf.cacheSize, vfs.DefaultCacheSize),
-			help: "block cache (blocks already read), part of `--memory-limit`; `0`: none"},
+			def:  "`" + formatSize(vfs.DefaultCacheSize) + "`, half of `--memory-limit`",
+			help: "block cache (blocks already read), part of `--memory-limit`; not given, half of it; `0`: none"},
 		{name: "block-size", group: groupMemory, arg: "SIZE", value: newSize(&mf.blockSize, vfs.DefaultBlockSize),
 			help: "unit of caching and of random reads"},
 		{name: "part-size", group: groupMemory, arg: "SIZE", value: newSize(&mf.partSize, vfs.DefaultPartSize),
@@ -187,13 +188,15 @@ func mountOptions(mf *mountFlags) []option {
 
 // optionSet finds options by flag and by -o spelling.
 type optionSet struct {
+	mf    *mountFlags
 	list  []option
 	flags map[string]*option
 	opts  map[string]*option // keys with dashes
+	given map[string]bool    // options set by a flag or -o, by name
 }
 
 func newOptionSet(mf *mountFlags) *optionSet {
-	s := &optionSet{list: mountOptions(mf), flags: map[string]*option{}, opts: map[string]*option{}}
+	s := &optionSet{mf: mf, list: mountOptions(mf), flags: map[string]*option{}, opts: map[string]*option{}, given: map[string]bool{}}
 	for i := range s.list {
 		o := &s.list[i]
 		s.flags[o.name] = o
@@ -269,8 +272,32 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 		if err := o.value.Set(value); err != nil {
 			return nil, nil, usagef("--%s %s: %v", o.name, quoteIfNeeded(value), err)
 		}
+		s.given[o.name] = true
 	}
 	return positional, lists, nil
+}
+
+// settle sets the defaults that follow other options, once every flag and
+// -o list is applied, and refuses values that contradict each other: the
+// cache not given is half of --memory-limit (so --memory-limit alone is
+// enough); given, it must fit in it.
+func (s *optionSet) settle() error {
+	mf := s.mf
+	if !s.given["cache-size"] {
+		if s.given["memory-limit"] {
+			mf.cacheSize = mf.memoryLimit / 2
+		}
+		return nil
+	}
+	if mf.cacheSize > mf.memoryLimit {
+		limit := "--memory-limit " + mf.memoryLimit.String()
+		if !s.given["memory-limit"] {
+			limit += " (its default)"
+		}
+		return usagef("--cache-size %s is larger than %s: the cache is part of the memory limit; lower --cache-size or raise --memory-limit",
+			mf.cacheSize.String(), limit)
+	}
+	return nil
 }
 
 // fstabNoise are options mount(8) and systemd pass that mean nothing here.
@@ -305,6 +332,7 @@ func (s *optionSet) applyList(list string) error {
 		if err := o.value.Set(value); err != nil {
 			return usagef("-o %s: %v", kv, err)
 		}
+		s.given[o.name] = true
 	}
 	return nil
 }

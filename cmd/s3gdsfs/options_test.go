@@ -3,11 +3,13 @@ package main
 import (
 	"flag"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -267,4 +269,41 @@ func TestReadmeFlagTable(t *testing.T) {
 	t.Fatalf("README.md's flag table differs from the mount options in cmd/s3gdsfs/options.go, first at README.md:%d:\n  README: %s\n  code:   %s\n"+
 		"Change the option there, not README.md, and regenerate the table:\n  go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme\n"+
 		"(or paste the output of `s3gdsfs mount --help-markdown` over it).", strings.Count(readme[:begin], "\n")+line+1, at(gl), at(wl))
+}
+
+// --memory-limit alone is enough: the cache not given is half of it; a
+// cache given larger than the limit is refused naming both flags.
+func TestCacheSizeFollowsMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 1 << 30},
+		{[]string{"--memory-limit", "256MiB"}, 128 << 20},
+		{[]string{"-o", "memory_limit=256MiB"}, 128 << 20},
+		{[]string{"--memory-limit", "8GiB"}, 4 << 30},
+		{[]string{"--memory-limit", "256MiB", "--cache-size", "200MiB"}, 200 << 20},
+		{[]string{"--memory-limit", "256MiB", "-o", "cache_size=64MiB"}, 64 << 20},
+	} {
+		cfg := mountConfig(t, append([]string{"--endpoint", "http://127.0.0.1:1"}, c.args...)...)
+		if cfg.Core.CacheSize != c.want {
+			t.Errorf("%v: cache %d, want %d", c.args, cfg.Core.CacheSize, c.want)
+		}
+		if _, err := vfs.New(nil, cfg.Core, metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), slog.New(slog.DiscardHandler)); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory-limit", "256MiB", "--cache-size", "1GiB"}, "--cache-size 1GiB is larger than --memory-limit 256MiB"},
+		{[]string{"--cache-size", "3GiB"}, "--cache-size 3GiB is larger than --memory-limit 2GiB (its default)"},
+		{[]string{"-o", "cache_size=3GiB,memory_limit=1GiB"}, "--cache-size 3GiB is larger than --memory-limit 1GiB"},
+	} {
+		_, _, err := parseMountArgs(append([]string{"--endpoint", "http://127.0.0.1:1"}, append(c.args, "/mnt")...), false)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
 }

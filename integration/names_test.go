@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,16 +59,20 @@ func TestOpenAfterESTALESeesTheNewVersionAtOnce(t *testing.T) {
 	}
 }
 
-// countingStore counts LIST and HEAD requests.
+// countingStore counts LIST and HEAD requests, and apart the LISTs of
+// whole directories (not of one key).
 type countingStore struct {
 	objstore.Store
-	mu          sync.Mutex
-	lists, stat int
+	mu                sync.Mutex
+	lists, stat, full int
 }
 
 func (c *countingStore) List(ctx context.Context, bucket, prefix, cont string, maxKeys int) (objstore.Page, error) {
 	c.mu.Lock()
 	c.lists++
+	if maxKeys != 1 {
+		c.full++
+	}
 	c.mu.Unlock()
 	return c.Store.List(ctx, bucket, prefix, cont, maxKeys)
 }
@@ -84,8 +89,18 @@ func (c *countingStore) take() (lists, heads int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	lists, heads = c.lists, c.stat
-	c.lists, c.stat = 0, 0
+	c.lists, c.stat, c.full = 0, 0, 0
 	return lists, heads
+}
+
+// takeFull returns the LISTs of whole directories since the last take, and
+// takes all.
+func (c *countingStore) takeFull() (full, lists, heads int) {
+	c.mu.Lock()
+	full = c.full
+	c.mu.Unlock()
+	lists, heads = c.take()
+	return full, lists, heads
 }
 
 // A directory listed whole answers, for --meta-ttl, a second ls and the
@@ -160,5 +175,100 @@ func TestListedDirectoryAnswersWithoutRequests(t *testing.T) {
 	}
 	if lists, _ := counts.take(); lists == 0 {
 		t.Fatal("an ls after the TTL sent no LIST")
+	}
+}
+
+// Opens by name in a directory never listed, by 8 workers, do not send a
+// HEAD and a LIST each: the lookups that keep missing list the directory
+// once in the background and answer from that listing, a name not listed
+// not found (vfs's TestLookupsThatKeepMissingListTheDirectory: a directory
+// still wins over a file of its name).
+func TestLookupsInAnUnlistedDirectoryListItOnce(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const n = 300
+	sums := make([]string, n)
+	for i := range n {
+		sums[i] = srv.PutRandomObject(t, "data", fmt.Sprintf("dir/s%03d", i), int64(4<<10+i*200), int64(i))
+	}
+	srv.PutObject(t, "data", "dir/sub/inner", []byte("inner"))
+	counts := &countingStore{}
+	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.WrapStore = func(s objstore.Store) objstore.Store { counts.Store = s; return counts }
+	})
+	dir := filepath.Join(mp, "dir")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+	counts.take()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if got := fileSHA256(t, filepath.Join(dir, fmt.Sprintf("s%03d", i)), 64<<10); got != sums[i] {
+					t.Errorf("s%03d: sha256 %s, want %s", i, got, sums[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st, err := os.Stat(filepath.Join(dir, "sub")); err != nil || !st.IsDir() {
+		t.Fatalf("sub: %v, %v; want the directory", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing: %v, want ENOENT", err)
+	}
+	full, lists, heads := counts.takeFull()
+	t.Logf("%d opens: %d HEAD, %d LIST (%d of the whole directory)", n, heads, lists, full)
+	if heads > 4 || lists > 4+3 || full != 1 {
+		t.Fatalf("%d opens by name sent %d HEAD and %d LIST (%d of the whole directory); want at most 4 HEAD, 7 LIST, one listing", n, heads, lists, full)
+	}
+}
+
+// A directory with more names than the listings cache holds is listed once
+// in the background, found too large, and not listed again within
+// --meta-ttl: its names are looked up one by one, and after the TTL the
+// lookups that keep missing try one listing again.
+func TestLookupsInADirectoryOverTheBoundListItOncePerTTL(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const n = 120
+	for i := range n {
+		srv.PutObject(t, "data", fmt.Sprintf("dir/f%03d", i), []byte(fmt.Sprint(i)))
+	}
+	const ttl = 4 * time.Second
+	counts := &countingStore{}
+	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.Core.MetaTTL = ttl
+		c.Core.MetaEntries = 50 // the listings' bound too
+		c.WrapStore = func(s objstore.Store) objstore.Store { counts.Store = s; return counts }
+	})
+	dir := filepath.Join(mp, "dir")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+	counts.take()
+	for round := range 2 {
+		start := time.Now()
+		for i := range n {
+			if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%03d", i))); err != nil || string(b) != fmt.Sprint(i) {
+				t.Fatalf("f%03d: %q, %v", i, b, err)
+			}
+		}
+		full, lists, heads := counts.takeFull()
+		if took := time.Since(start); took >= ttl {
+			t.Skipf("the machine took %s, past the TTL", took)
+		}
+		t.Logf("round %d: %d opens: %d HEAD, %d LIST (%d of the whole directory)", round, n, heads, lists, full)
+		if full != 1 {
+			t.Fatalf("round %d: %d whole listings of a directory over the bound, want 1 per TTL", round, full)
+		}
+		if heads < n-4 {
+			t.Fatalf("round %d: %d HEAD for %d names of a directory over the bound, want per-name lookups", round, heads, n)
+		}
+		time.Sleep(time.Until(start.Add(ttl + 300*time.Millisecond)))
 	}
 }

@@ -24,6 +24,8 @@ type DirReader struct {
 	// noKeep once it grew past the cache's bound, or was put there.
 	all    []Entry
 	noKeep bool
+	over   bool // the listing grew past the cache's bound
+	pages  int  // LISTs sent
 	// cached is the listing being served from the cache, nil otherwise.
 	cached []Entry
 }
@@ -81,7 +83,7 @@ func (d *DirReader) keep(out []Entry) {
 		return
 	}
 	if len(d.all)+len(out) > d.f.listed.max {
-		d.all, d.noKeep = nil, true
+		d.all, d.noKeep, d.over = nil, true, true
 		return
 	}
 	d.all = append(d.all, out...)
@@ -104,6 +106,7 @@ func (d *DirReader) page(ctx context.Context) ([]Entry, error) {
 		}
 		return out, nil
 	}
+	d.pages++
 	page, err := d.f.store.List(ctx, d.dir.Bucket, d.dir.Key, d.next, 0)
 	if err != nil {
 		d.f.log.Warn("listing failed", "bucket", d.dir.Bucket, "prefix", d.dir.Key, "err", err)

@@ -257,6 +257,7 @@ type FS struct {
 	m      *metrics.Set
 	meta   *cache.MetaCache[Entry]
 	listed *listings // complete listings of directories
+	loads  *dirLoads // background listings of directories looked up often
 	blocks *cache.Store
 	fetch  *fetcher
 
@@ -287,6 +288,7 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		m:       m,
 		meta:    cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
 		listed:  newListings(cfg.MetaTTL, min(cfg.MetaEntries, maxListedEntries)),
+		loads:   newDirLoads(),
 		blocks:  blocks,
 		skipped: make(map[string]struct{}),
 		readers: make(map[string][]*Handle),
@@ -337,7 +339,9 @@ func (f *FS) isTop(dir Entry) bool { return dir.Bucket == "" }
 // Lookup resolves name in dir without listing the whole prefix: from the
 // metadata cache, or from dir's listing when it was listed whole within
 // --meta-ttl, or else by a HEAD of the key and a one-key listing of key/
-// run together. When both exist, the directory wins and the object is
+// run together; a directory whose lookups keep missing is listed whole in
+// the background, and lookups wait for that listing while it is short
+// (dirload.go). When both exist, the directory wins and the object is
 // hidden (docs/architecture.md).
 func (f *FS) Lookup(ctx context.Context, dir Entry, name string) (Entry, error) {
 	if !dir.Dir {
@@ -369,8 +373,24 @@ func (f *FS) Lookup(ctx context.Context, dir Entry, name string) (Entry, error) 
 		f.meta.Put(cacheKey, e)
 		return e, nil
 	}
+	// Lookups that keep missing in dir list it whole, in the background
+	// (dirload.go); wait for that listing while it is short.
+	run, load := f.missed(dir)
+	if run != nil && run.wait(ctx) {
+		if e, found, ok := f.listed.lookup(dir.Path(), name); ok {
+			if !found {
+				f.m.MetaCacheHits.WithLabelValues("negative").Inc()
+				return Entry{}, objstore.ErrNotFound
+			}
+			f.m.MetaCacheHits.WithLabelValues("positive").Inc()
+			f.meta.Put(cacheKey, e)
+			return e, nil
+		}
+	}
 	f.m.MetaCacheMisses.Inc()
 
+	f.asking(load)
+	defer f.asked(load)
 	var e Entry
 	var err error
 	if f.isTop(dir) {

@@ -474,3 +474,40 @@ func TestListedDirectoryAnswersListingsAndLookups(t *testing.T) {
 		t.Fatal("a listing past the bound was cached")
 	}
 }
+
+// Lookups that keep missing in a directory never listed list it whole in
+// the background and answer from that listing: the directory still wins
+// over a file of its name, and a name added after it is not found.
+func TestLookupsThatKeepMissingListTheDirectory(t *testing.T) {
+	s := newMemStore()
+	s.pageSize = 10
+	for i := range 25 {
+		s.put("b", fmt.Sprintf("d/k%02d", i), []byte{1}, "e")
+	}
+	s.put("b", "d/zz", []byte{1}, "e")
+	s.put("b", "d/zz/inner", []byte{1}, "e") // the directory wins
+	f := newTestFS(t, s, Config{MetaTTL: time.Hour, NegativeTTL: time.Millisecond})
+	d := Entry{Dir: true, Bucket: "b", Key: "d/"}
+	for i := range loadAfter {
+		if e, err := f.Lookup(context.Background(), d, fmt.Sprintf("k%02d", i)); err != nil || e.Dir {
+			t.Fatalf("lookup k%02d = %+v, %v", i, e, err)
+		}
+	}
+	if f.listed.get(d.Path()) == nil {
+		t.Fatalf("after %d lookups that missed, the directory is not listed", loadAfter)
+	}
+	s.put("b", "d/new", []byte{1}, "e")
+	pages := s.pages
+	if e, err := f.Lookup(context.Background(), d, "zz"); err != nil || !e.Dir {
+		t.Fatalf("lookup zz = %+v, %v; want the directory", e, err)
+	}
+	if e, err := f.Lookup(context.Background(), d, "k20"); err != nil || e.Dir || e.Key != "d/k20" {
+		t.Fatalf("lookup k20 = %+v, %v", e, err)
+	}
+	if _, err := f.Lookup(context.Background(), d, "new"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("lookup of a name added after the listing: %v, want ErrNotFound from it", err)
+	}
+	if s.pages != pages {
+		t.Fatalf("lookups after the listing sent %d LISTs", s.pages-pages)
+	}
+}

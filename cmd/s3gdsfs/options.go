@@ -118,8 +118,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "stream-idle", group: groupStream, arg: "DURATION", value: newDuration(&mf.streamIdle, vfs.DefaultStreamIdle),
 			help: "close a stream that had nothing to read this long"},
 		{name: "splice", group: groupStream, arg: "WHEN", value: newPolicy(&mf.splice, "auto"), bare: "always", why: benchmarksDoc,
-			help: "feed a direct-I/O reader from a stream's socket with `splice(2)`, not through the daemon's memory: `auto` over http where pipes hold a reply " +
-				"(as root it raises `fs.pipe-max-size`), `always` (the flag alone; or the mount fails) or `never`"},
+			help: "feed a direct-I/O reader straight from its stream's socket with `splice(2)`: `auto` over http, `always` (the flag alone; else the mount fails) or `never`"},
 
 		{name: "direct-io", group: groupKernel, arg: "WHEN", value: newDirectIO(&mf.directIO, vfs.DirectIOAuto), bare: "always",
 			help: "page cache policy: `auto` (objects of at least `--direct-io-min-size` bypass the page cache, smaller ones use it), `always` (the flag alone) or `never`"},
@@ -128,8 +127,8 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: newSize(&mf.readAhead, daemon.DefaultReadAhead),
 			help: "kernel readahead for the mount (`0` keeps the kernel's 128KiB; needs root)"},
 		{name: "fuse-poll", group: groupKernel, arg: "DURATION", value: newDuration(&mf.fusePoll, defaultFusePoll()), def: "`1ms` with 8 CPUs or more, else `0`", why: benchmarksDoc,
-			help: "how long a thread that has just replied polls `/dev/fuse` for the next request before it sleeps (others a twentieth of it), at most " +
-				formatDuration(maxFusePoll) + "; a polling mount also fills a spliced reader's next reply ahead; `0`: no polling"},
+			help: "how long a thread that has just replied polls `/dev/fuse` for the next request before it sleeps, at most " +
+				formatDuration(maxFusePoll) + "; it also fills a spliced reader's next reply ahead; `0`: none"},
 		{name: "debug-fuse", group: groupKernel, value: newBool(&mf.debugFUSE, false), bare: "true", optAliases: []string{"debug"},
 			help: "log every FUSE request"},
 

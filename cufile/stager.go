@@ -464,8 +464,14 @@ func (c *copier) reuse(ctx context.Context) (*Slot, error) {
 		}
 		c.mine = c.mine[1:]
 		s.takeCompletedLocked(c.stream, slot)
+		if err := ctx.Err(); err != nil {
+			// The caller gave up while it waited: the slot goes back to
+			// the ring, not to a caller that will not fill it.
+			s.freeLocked(slot)
+			return nil, err
+		}
 		slot.state = slotHeld
-		return slot, ctx.Err()
+		return slot, nil
 	}
 	return nil, nil
 }

@@ -462,3 +462,42 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 		t.Fatal("destination differs from what was copied")
 	}
 }
+
+// A copier whose caller gives up while it waits for its own oldest copy
+// gets an error and no slot, and that slot goes back to the ring.
+func TestCopierGivingUpWhileReusingKeepsNoSlot(t *testing.T) {
+	b, dir := standin(t)
+	b.copyDelay = 100 * time.Millisecond
+	standinFile(t, dir, "buf", 3*4096, 0)
+	a, err := b.Import(0, nameHandle("buf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	st := newTestStager(t, b, StagerConfig{SlotSize: 4096, Slots: 4, Streams: 1, PerCopier: 2})
+	c, err := st.NewCopier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		slot, err := acquireWithin(c, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CopyAsync(slot, 4096, a, uint64(i*4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The third acquire waits for the first copy; the caller has already gone.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if slot, err := c.AcquireSlot(ctx); err == nil || slot != nil {
+		t.Fatalf("acquire of a caller that gave up: %v, %v; want no slot and an error", slot, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := st.Busy(); held != 0 {
+		t.Fatalf("%d slots held after the copier closed", held)
+	}
+}

@@ -15,12 +15,12 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle preload test-preload test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
 help:
-	@echo "targets: deps bench-deps build build-static test test-race go-fuse-check go-fuse-test demo bench fmt fmt-check vet clean"
+	@echo "targets: deps bench-deps build build-static preload test test-preload test-race go-fuse-check go-fuse-test demo bench fmt fmt-check vet clean"
 	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'"
 
 # deps: what `make test` needs (versitygw, fusermount3).
@@ -45,6 +45,19 @@ versitygw:
 
 build:
 	$(GO) build -o $(BIN) ./cmd/s3gdsfs
+
+# preload: libs3gdsfs_cufile.so, cuFile reads of s3gdsfs files through the
+# GPU read ioctl, for LD_PRELOAD (docs/cufile-preload.md). gcc and libc only.
+PRELOAD_LIB := bin/libs3gdsfs_cufile.so
+preload:
+	mkdir -p $(dir $(PRELOAD_LIB))
+	gcc -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror \
+	  -o $(PRELOAD_LIB) cufile-preload/s3gdsfs_cufile.c -ldl -lpthread
+
+# test-preload: the library against fake libcufile and libcuda, through a
+# real mount (cufile-preload/preload_test.go builds its own copies).
+test-preload: deps preload
+	$(GO) test -count=1 -v ./cufile-preload
 
 # A static, stripped binary to copy onto other machines.
 build-static:
@@ -94,7 +107,7 @@ posix-bundle: gpu-bundle bench-deps
 GOFUSE_SKIP      :=
 GOFUSE_RACE_SKIP := ^TestForget$$
 
-test: deps go-fuse-check
+test: deps go-fuse-check preload
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 40m ./...
 	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test

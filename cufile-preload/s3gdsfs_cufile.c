@@ -1,0 +1,1014 @@
+/*
+ * libs3gdsfs_cufile.so - serves NVIDIA cuFile reads of files on s3gdsfs
+ * mounts through the S3GDS_IOC_READ ioctl (docs/ioctl.md), and hands every
+ * other call to NVIDIA's libcufile untouched. docs/cufile-preload.md is the
+ * user's guide.
+ *
+ * Load it ahead of libcufile (LD_PRELOAD). cuFileHandleRegister looks at the
+ * file once: a FUSE file (fstatfs f_type FUSE_SUPER_MAGIC) whose
+ * user.s3gdsfs.caps xattr names a daemon that can write into device memory
+ * is "ours"; its reads become ioctls naming the CUDA IPC handle of the
+ * allocation that holds the destination (libcuda.so.1, opened at run time).
+ * Any other file is registered with the real libcufile, and the handle given
+ * back wraps the real one.
+ *
+ * Builds with gcc and libc alone: cufile_abi.h declares the cuFile and CUDA
+ * types used.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/types.h>
+#include <sys/vfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "cufile_abi.h"
+#include "../client/c/s3gds.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define FUSE_SUPER_MAGIC 0x65735546
+
+/* The version cuFileGetVersion reports when no real libcufile is found. */
+#define S3GDSFS_CUFILE_VERSION 1050
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- logging ---- */
+
+static int debug_on = -1;
+
+static int debugging(void)
+{
+	int d = __atomic_load_n(&debug_on, __ATOMIC_RELAXED);
+	if (d < 0) {
+		const char *e = getenv("S3GDSFS_CUFILE_DEBUG");
+		d = e && *e && strcmp(e, "0") != 0;
+		__atomic_store_n(&debug_on, d, __ATOMIC_RELAXED);
+	}
+	return d;
+}
+
+__attribute__((format(printf, 1, 2))) static void dbg(const char *fmt, ...)
+{
+	if (!debugging())
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "s3gdsfs_cufile: %s\n", line);
+}
+
+/* once prints line to stderr the first time *flag is seen clear. */
+static void once(int *flag, const char *line)
+{
+	if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED) == 0)
+		fprintf(stderr, "s3gdsfs_cufile: %s\n", line);
+}
+
+static CUfileError_t status(CUfileOpError err)
+{
+	CUfileError_t e = {err, CUDA_SUCCESS};
+	return e;
+}
+
+/* ---- NVIDIA's libcufile, found lazily ---- */
+
+enum { REAL_ABSENT = 0, REAL_NEXT = 1, REAL_HANDLE = 2 };
+static pthread_once_t real_once = PTHREAD_ONCE_INIT;
+static int real_mode;
+static void *real_lib;
+static char real_why[256];
+static int warned_no_real;
+
+/* self_base is the load address of this library. */
+static void *self_base(void)
+{
+	Dl_info info;
+	if (dladdr((void *)&self_base, &info) == 0)
+		return NULL;
+	return info.dli_fbase;
+}
+
+static int is_self(void *fn)
+{
+	Dl_info info;
+	return fn && dladdr(fn, &info) != 0 && info.dli_fbase == self_base();
+}
+
+static void real_init(void)
+{
+	/* A program linked against libcufile: the next definition after ours. */
+	void *fn = dlsym(RTLD_NEXT, "cuFileRead");
+	if (fn && !is_self(fn)) {
+		real_mode = REAL_NEXT;
+		dbg("real libcufile: the one the program links (RTLD_NEXT)");
+		return;
+	}
+	const char *path = getenv("S3GDSFS_CUFILE_REAL");
+	if (!path || !*path)
+		path = "libcufile.so.0";
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *err = dlerror();
+		snprintf(real_why, sizeof(real_why), "%s", err ? err : path);
+		real_mode = REAL_ABSENT;
+		dbg("real libcufile: none (%s)", real_why);
+		return;
+	}
+	fn = dlsym(h, "cuFileRead");
+	if (!fn || is_self(fn)) {
+		snprintf(real_why, sizeof(real_why), "%s is this library, not NVIDIA's (set S3GDSFS_CUFILE_REAL to the real one's path)", path);
+		dlclose(h);
+		real_mode = REAL_ABSENT;
+		dbg("real libcufile: none (%s)", real_why);
+		return;
+	}
+	real_lib = h;
+	real_mode = REAL_HANDLE;
+	dbg("real libcufile: %s", path);
+}
+
+static void *real_sym(const char *name)
+{
+	pthread_once(&real_once, real_init);
+	switch (real_mode) {
+	case REAL_NEXT:
+		return dlsym(RTLD_NEXT, name);
+	case REAL_HANDLE:
+		return dlsym(real_lib, name);
+	}
+	return NULL;
+}
+
+static void *real_fn(const char *name, void **cache)
+{
+	void *p = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+	if (p)
+		return p;
+	p = real_sym(name);
+	if (p)
+		__atomic_store_n(cache, p, __ATOMIC_RELEASE);
+	return p;
+}
+
+/* REAL(cuFileX) is NVIDIA's cuFileX, or NULL. */
+#define REAL(name) ({ static void *cache_; (__typeof__(&name))real_fn(#name, &cache_); })
+
+static void warn_no_real(void)
+{
+	pthread_once(&real_once, real_init);
+	char line[512];
+	snprintf(line, sizeof(line),
+		 "NVIDIA's libcufile is not available (%s): only files on s3gdsfs mounts can be read; "
+		 "calls for other files answer CU_FILE_DRIVER_NOT_INITIALIZED",
+		 real_why[0] ? real_why : "not loaded");
+	once(&warned_no_real, line);
+}
+
+/* ---- libcuda.so.1, found lazily ---- */
+
+typedef CUresult (*fn_cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
+typedef CUresult (*fn_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+typedef CUresult (*fn_cuPointerGetAttribute)(void *, int, CUdeviceptr);
+typedef CUresult (*fn_cuStreamSynchronize)(CUstream);
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static struct {
+	fn_cuMemGetAddressRange_v2 range;
+	fn_cuIpcGetMemHandle ipc;
+	fn_cuPointerGetAttribute attr;
+	fn_cuStreamSynchronize sync;
+	char why[256];
+} cuda;
+static int warned_no_cuda;
+
+static void cuda_init(void)
+{
+	const char *path = getenv("S3GDSFS_CUFILE_LIBCUDA");
+	if (!path || !*path)
+		path = "libcuda.so.1";
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *err = dlerror();
+		snprintf(cuda.why, sizeof(cuda.why), "%s", err ? err : path);
+		return;
+	}
+	cuda.range = (fn_cuMemGetAddressRange_v2)dlsym(h, "cuMemGetAddressRange_v2");
+	cuda.ipc = (fn_cuIpcGetMemHandle)dlsym(h, "cuIpcGetMemHandle");
+	cuda.attr = (fn_cuPointerGetAttribute)dlsym(h, "cuPointerGetAttribute");
+	cuda.sync = (fn_cuStreamSynchronize)dlsym(h, "cuStreamSynchronize");
+	if (!cuda.range || !cuda.ipc) {
+		snprintf(cuda.why, sizeof(cuda.why), "%s lacks cuMemGetAddressRange_v2 or cuIpcGetMemHandle", path);
+		cuda.range = NULL;
+		cuda.ipc = NULL;
+	}
+}
+
+static int cuda_ok(void)
+{
+	pthread_once(&cuda_once, cuda_init);
+	if (cuda.range)
+		return 1;
+	char line[512];
+	snprintf(line, sizeof(line),
+		 "libcuda.so.1 is not usable (%s): reads of s3gdsfs files go to NVIDIA's libcufile, "
+		 "or fail with CU_FILE_CUDA_DRIVER_ERROR without it",
+		 cuda.why);
+	once(&warned_no_cuda, line);
+	return 0;
+}
+
+/* The allocation that holds a device pointer, as the ioctl names it. */
+struct alloc {
+	CUdeviceptr base;
+	size_t size;
+	int device;
+	CUipcMemHandle ipc;
+};
+
+/* resolve fills a for ptr: 0, or the CUfileOpError why not. */
+static CUfileOpError resolve(CUdeviceptr ptr, struct alloc *a, CUresult *cu)
+{
+	if (!cuda_ok())
+		return CU_FILE_CUDA_DRIVER_ERROR;
+	*cu = cuda.range(&a->base, &a->size, ptr);
+	if (*cu != CUDA_SUCCESS)
+		return CU_FILE_CUDA_POINTER_INVALID;
+	*cu = cuda.ipc(&a->ipc, a->base);
+	if (*cu != CUDA_SUCCESS)
+		return CU_FILE_CUDA_MEMORY_TYPE_INVALID; /* no legacy IPC handle (a pool, VMM) */
+	a->device = 0;
+	if (cuda.attr) {
+		int dev = 0;
+		if (cuda.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) == CUDA_SUCCESS)
+			a->device = dev;
+	}
+	return CU_FILE_SUCCESS;
+}
+
+/* ---- handles ---- */
+
+struct handle {
+	struct handle *next;
+	int ours;       /* on an s3gdsfs mount: reads go through the ioctl */
+	int fd;
+	uint32_t flags; /* S3GDS_F_HOST_BUFFER for a host stand-in daemon */
+	CUfileDescr_t descr;
+	CUfileHandle_t real; /* NVIDIA's handle, when registered there */
+	int real_registered;
+};
+
+static struct handle *handles;
+
+/* find returns the registered handle fh, or NULL; call with mu held. */
+static struct handle *find(CUfileHandle_t fh)
+{
+	for (struct handle *h = handles; h; h = h->next)
+		if ((CUfileHandle_t)h == fh)
+			return h;
+	return NULL;
+}
+
+/* json_string finds "key": "value" in a flat JSON object and copies value. */
+static int json_string(const char *json, const char *key, char *out, size_t outlen)
+{
+	char pat[64];
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	const char *p = strstr(json, pat);
+	if (!p)
+		return 0;
+	p += strlen(pat);
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	if (*p++ != ':')
+		return 0;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	if (*p == '"') {
+		p++;
+		size_t n = 0;
+		while (p[n] && p[n] != '"')
+			n++;
+		if (p[n] != '"' || n >= outlen)
+			return 0;
+		memcpy(out, p, n);
+		out[n] = 0;
+		return 1;
+	}
+	size_t n = 0;
+	while (p[n] && p[n] != ',' && p[n] != '}' && n + 1 < outlen) {
+		out[n] = p[n];
+		n++;
+	}
+	out[n] = 0;
+	return n > 0;
+}
+
+/* on_mount says whether fd is a file of an s3gdsfs mount whose daemon can
+ * write into device memory, and which flags its reads need. */
+static int on_mount(int fd, uint32_t *flags, char *why, size_t whylen)
+{
+	const char *off = getenv("S3GDSFS_CUFILE_DISABLE");
+	if (off && *off && strcmp(off, "0") != 0) {
+		snprintf(why, whylen, "S3GDSFS_CUFILE_DISABLE is set");
+		return 0;
+	}
+	struct statfs st;
+	if (fstatfs(fd, &st) != 0) {
+		snprintf(why, whylen, "fstatfs: %s", strerror(errno));
+		return 0;
+	}
+	if ((unsigned long)st.f_type != FUSE_SUPER_MAGIC) {
+		snprintf(why, whylen, "not FUSE (f_type 0x%lx)", (unsigned long)st.f_type);
+		return 0;
+	}
+	char caps[4096];
+	ssize_t n = fgetxattr(fd, S3GDS_XATTR_CAPS, caps, sizeof(caps) - 1);
+	if (n <= 0) {
+		snprintf(why, whylen, "FUSE without %s (%s)", S3GDS_XATTR_CAPS, n < 0 ? strerror(errno) : "empty");
+		return 0;
+	}
+	caps[n] = 0;
+	char v[64];
+	if (!json_string(caps, "abi_version", v, sizeof(v)) || strtol(v, NULL, 10) != S3GDS_ABI_VERSION) {
+		snprintf(why, whylen, "s3gdsfs of another ioctl ABI (abi_version %s)", v);
+		return 0;
+	}
+	if (!json_string(caps, "cuda_backend", v, sizeof(v))) {
+		snprintf(why, whylen, "s3gdsfs caps without cuda_backend");
+		return 0;
+	}
+	if (strcmp(v, "cuda") == 0) {
+		*flags = 0;
+		return 1;
+	}
+	if (strcmp(v, "host-standin") == 0) {
+		*flags = S3GDS_F_HOST_BUFFER;
+		return 1;
+	}
+	snprintf(why, whylen, "s3gdsfs daemon without CUDA (cuda_backend %s)", v);
+	return 0;
+}
+
+/* real_handle registers h with NVIDIA's libcufile if it is not yet, and
+ * returns its handle there; for reads of ours that cannot be served. */
+static CUfileOpError real_handle(struct handle *h, CUfileHandle_t *out)
+{
+	CUfileOpError err = CU_FILE_SUCCESS;
+	pthread_mutex_lock(&mu);
+	if (!h->real_registered) {
+		__typeof__(&cuFileHandleRegister) reg = REAL(cuFileHandleRegister);
+		if (!reg) {
+			err = CU_FILE_DRIVER_NOT_INITIALIZED;
+		} else {
+			CUfileError_t e = reg(&h->real, &h->descr);
+			if (e.err == CU_FILE_SUCCESS)
+				h->real_registered = 1;
+			else
+				err = e.err;
+		}
+	}
+	*out = h->real;
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+EXPORT CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr)
+{
+	if (!fh || !descr)
+		return status(CU_FILE_INVALID_VALUE);
+	struct handle *h = calloc(1, sizeof(*h));
+	if (!h)
+		return status(CU_FILE_INTERNAL_ERROR);
+	h->descr = *descr;
+	h->fd = descr->type == CU_FILE_HANDLE_TYPE_OPAQUE_FD ? descr->handle.fd : -1;
+	char why[256] = "not an fd handle";
+	if (descr->type == CU_FILE_HANDLE_TYPE_OPAQUE_FD && !descr->fs_ops &&
+	    on_mount(h->fd, &h->flags, why, sizeof(why)))
+		h->ours = 1;
+	if (h->ours) {
+		pthread_mutex_lock(&mu);
+		for (struct handle *o = handles; o; o = o->next) {
+			if (o->ours && o->fd == h->fd) {
+				pthread_mutex_unlock(&mu);
+				free(h);
+				dbg("register fd %d: already registered", descr->handle.fd);
+				return status(CU_FILE_HANDLE_ALREADY_REGISTERED);
+			}
+		}
+		h->next = handles;
+		handles = h;
+		pthread_mutex_unlock(&mu);
+		*fh = h;
+		dbg("register fd %d: s3gdsfs, served by ioctl%s", h->fd,
+		    h->flags & S3GDS_F_HOST_BUFFER ? " (host stand-in daemon)" : "");
+		return status(CU_FILE_SUCCESS);
+	}
+	__typeof__(&cuFileHandleRegister) reg = REAL(cuFileHandleRegister);
+	if (!reg) {
+		warn_no_real();
+		dbg("register fd %d: %s; no real libcufile: CU_FILE_DRIVER_NOT_INITIALIZED", h->fd, why);
+		free(h);
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	}
+	CUfileError_t e = reg(&h->real, descr);
+	if (e.err != CU_FILE_SUCCESS) {
+		dbg("register fd %d: %s; real libcufile answered %d", h->fd, why, (int)e.err);
+		free(h);
+		return e;
+	}
+	h->real_registered = 1;
+	pthread_mutex_lock(&mu);
+	h->next = handles;
+	handles = h;
+	pthread_mutex_unlock(&mu);
+	*fh = h;
+	dbg("register fd %d: %s; passed to the real libcufile", h->fd, why);
+	return e;
+}
+
+EXPORT void cuFileHandleDeregister(CUfileHandle_t fh)
+{
+	pthread_mutex_lock(&mu);
+	struct handle **pp = &handles;
+	while (*pp && (CUfileHandle_t)*pp != fh)
+		pp = &(*pp)->next;
+	struct handle *h = *pp;
+	if (h)
+		*pp = h->next;
+	pthread_mutex_unlock(&mu);
+	if (!h) {
+		dbg("deregister %p: not a registered handle", fh);
+		return;
+	}
+	if (h->real_registered) {
+		__typeof__(&cuFileHandleDeregister) dereg = REAL(cuFileHandleDeregister);
+		if (dereg)
+			dereg(h->real);
+	}
+	dbg("deregister fd %d", h->fd);
+	free(h);
+}
+
+/* ---- buffers ---- */
+
+struct buf {
+	struct buf *next;
+	CUdeviceptr base;
+	size_t len;
+	int have_alloc; /* alloc is the allocation holding [base, base+len) */
+	struct alloc alloc;
+	int real_registered;
+};
+
+static struct buf *bufs;
+
+EXPORT CUfileError_t cuFileBufRegister(const void *ptr, size_t len, int flags)
+{
+	if (!ptr || len == 0)
+		return status(CU_FILE_INVALID_VALUE);
+	CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
+	pthread_mutex_lock(&mu);
+	for (struct buf *b = bufs; b; b = b->next) {
+		if (b->base == base) {
+			pthread_mutex_unlock(&mu);
+			return status(CU_FILE_MEMORY_ALREADY_REGISTERED);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+
+	struct buf *b = calloc(1, sizeof(*b));
+	if (!b)
+		return status(CU_FILE_INTERNAL_ERROR);
+	b->base = base;
+	b->len = len;
+	CUresult cu = CUDA_SUCCESS;
+	CUfileOpError rerr = resolve(base, &b->alloc, &cu);
+	if (rerr == CU_FILE_SUCCESS && base + len <= b->alloc.base + b->alloc.size)
+		b->have_alloc = 1;
+	CUfileError_t e = status(CU_FILE_SUCCESS);
+	__typeof__(&cuFileBufRegister) reg = REAL(cuFileBufRegister);
+	if (reg) {
+		e = reg(ptr, len, flags);
+		if (e.err == CU_FILE_SUCCESS)
+			b->real_registered = 1;
+	} else if (!b->have_alloc) {
+		e.err = rerr != CU_FILE_SUCCESS ? rerr : CU_FILE_CUDA_POINTER_RANGE_ERROR;
+		e.cu_err = cu;
+	}
+	if (e.err != CU_FILE_SUCCESS && !b->have_alloc) {
+		dbg("buffer %p+%zu: not registered (%d)", ptr, len, (int)e.err);
+		free(b);
+		return e;
+	}
+	pthread_mutex_lock(&mu);
+	b->next = bufs;
+	bufs = b;
+	pthread_mutex_unlock(&mu);
+	dbg("buffer %p+%zu: registered%s%s", ptr, len,
+	    b->have_alloc ? ", IPC handle cached" : "",
+	    b->real_registered ? ", also with the real libcufile" : "");
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBufDeregister(const void *ptr)
+{
+	CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
+	pthread_mutex_lock(&mu);
+	struct buf **pp = &bufs;
+	while (*pp && (*pp)->base != base)
+		pp = &(*pp)->next;
+	struct buf *b = *pp;
+	if (b)
+		*pp = b->next;
+	pthread_mutex_unlock(&mu);
+	if (!b)
+		return status(CU_FILE_MEMORY_NOT_REGISTERED);
+	CUfileError_t e = status(CU_FILE_SUCCESS);
+	if (b->real_registered) {
+		__typeof__(&cuFileBufDeregister) dereg = REAL(cuFileBufDeregister);
+		if (dereg)
+			e = dereg(ptr);
+	}
+	dbg("buffer %p: deregistered", ptr);
+	free(b);
+	return e;
+}
+
+/* ---- reads ---- */
+
+#define FALLBACK 1 /* serve_read could not serve: hand the read to the real libcufile */
+
+/* serve_read reads [off, off+size) of h's file to dst through the ioctl.
+ * It returns 0 with *ret the cuFileRead value, or FALLBACK with *ret the
+ * value to return should no real libcufile take the read. */
+static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off, ssize_t *ret)
+{
+	if (off < 0 || size > (size_t)SSIZE_MAX) {
+		errno = EINVAL;
+		*ret = -1;
+		return 0;
+	}
+	if (size == 0) {
+		*ret = 0;
+		return 0;
+	}
+	struct alloc a;
+	int cached = 0;
+	pthread_mutex_lock(&mu);
+	for (struct buf *b = bufs; b; b = b->next) {
+		if (b->have_alloc && dst >= b->base && dst - b->base < b->len) {
+			a = b->alloc;
+			cached = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	if (!cached) {
+		/* Not in a registered buffer: ask the driver every time, since
+		 * memory freed and allocated again may sit at the same address
+		 * under a new handle. */
+		CUresult cu = CUDA_SUCCESS;
+		CUfileOpError err = resolve(dst, &a, &cu);
+		if (err != CU_FILE_SUCCESS) {
+			dbg("read fd %d: destination 0x%llx: %d (CUDA %d)", h->fd, (unsigned long long)dst, (int)err, cu);
+			*ret = -(ssize_t)err;
+			return FALLBACK;
+		}
+	}
+	if (dst + size > a.base + a.size || dst + size < dst) {
+		dbg("read fd %d: [0x%llx, +%zu) runs past its allocation [0x%llx, +%zu)", h->fd,
+		    (unsigned long long)dst, size, (unsigned long long)a.base, a.size);
+		*ret = -(ssize_t)CU_FILE_CUDA_POINTER_RANGE_ERROR;
+		return 0;
+	}
+	struct s3gds_read req;
+	s3gds_read_init(&req);
+	req.flags = h->flags;
+	req.device = a.device;
+	req.offset = (uint64_t)off;
+	req.length = size;
+	req.dst_offset = dst - a.base;
+	memcpy(req.ipc_handle, &a.ipc, sizeof(req.ipc_handle));
+	int rc;
+	do
+		rc = ioctl(h->fd, S3GDS_IOC_READ, &req);
+	while (rc != 0 && errno == EINTR);
+	if (rc != 0) {
+		int e = errno;
+		dbg("read fd %d: [%lld, +%zu): ioctl: %s", h->fd, (long long)off, size, strerror(e));
+		errno = e;
+		*ret = -1;
+		return 0;
+	}
+	dbg("read fd %d: [%lld, +%zu) -> %llu bytes over %s%s", h->fd, (long long)off, size,
+	    (unsigned long long)req.bytes, s3gds_transport_name(req.transport), cached ? " (registered buffer)" : "");
+	*ret = (ssize_t)req.bytes;
+	return 0;
+}
+
+/* lookup copies the registered handle fh, or returns 0. */
+static struct handle *lookup(CUfileHandle_t fh)
+{
+	pthread_mutex_lock(&mu);
+	struct handle *h = find(fh);
+	pthread_mutex_unlock(&mu);
+	return h;
+}
+
+EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset)
+{
+	struct handle *h = lookup(fh);
+	if (!h) {
+		dbg("read %p: not a registered handle", fh);
+		return -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
+	}
+	__typeof__(&cuFileRead) real = REAL(cuFileRead);
+	if (h->ours) {
+		ssize_t ret;
+		CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
+		if (serve_read(h, dst, size, file_offset, &ret) != FALLBACK)
+			return ret;
+		CUfileHandle_t rh;
+		if (!real || real_handle(h, &rh) != CU_FILE_SUCCESS) {
+			if (!real)
+				warn_no_real();
+			return ret;
+		}
+		dbg("read fd %d: passed to the real libcufile", h->fd);
+		return real(rh, bufPtr_base, size, file_offset, bufPtr_offset);
+	}
+	if (!real) {
+		warn_no_real();
+		return -(ssize_t)CU_FILE_DRIVER_NOT_INITIALIZED;
+	}
+	return real(h->real, bufPtr_base, size, file_offset, bufPtr_offset);
+}
+
+EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset)
+{
+	struct handle *h = lookup(fh);
+	if (!h)
+		return -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
+	if (h->ours) {
+		dbg("write fd %d: refused, s3gdsfs mounts are read-only", h->fd);
+		errno = EROFS;
+		return -1;
+	}
+	__typeof__(&cuFileWrite) real = REAL(cuFileWrite);
+	if (!real) {
+		warn_no_real();
+		return -(ssize_t)CU_FILE_DRIVER_NOT_INITIALIZED;
+	}
+	return real(h->real, bufPtr_base, size, file_offset, bufPtr_offset);
+}
+
+/* Stream-ordered reads of ours run at once, after the stream drains: the
+ * bytes are in place when the call returns, so later work on the stream
+ * sees them. */
+EXPORT CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
+				     off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream stream)
+{
+	struct handle *h = lookup(fh);
+	if (!h)
+		return status(CU_FILE_HANDLE_NOT_REGISTERED);
+	if (!size_p || !file_offset_p || !bufPtr_offset_p || !bytes_read_p)
+		return status(CU_FILE_INVALID_VALUE);
+	__typeof__(&cuFileReadAsync) real = REAL(cuFileReadAsync);
+	CUfileHandle_t rh = h->real;
+	if (h->ours) {
+		if (cuda_ok() && cuda.sync) {
+			CUresult cu = cuda.sync(stream);
+			if (cu != CUDA_SUCCESS) {
+				CUfileError_t e = {CU_FILE_CUDA_DRIVER_ERROR, cu};
+				return e;
+			}
+			ssize_t ret;
+			CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)*bufPtr_offset_p;
+			if (serve_read(h, dst, *size_p, *file_offset_p, &ret) != FALLBACK) {
+				*bytes_read_p = ret;
+				return status(CU_FILE_SUCCESS);
+			}
+		}
+		CUfileOpError err = real ? real_handle(h, &rh) : CU_FILE_DRIVER_NOT_INITIALIZED;
+		if (err != CU_FILE_SUCCESS) {
+			if (!real)
+				warn_no_real();
+			return status(cuda.sync ? err : CU_FILE_CUDA_DRIVER_ERROR);
+		}
+	} else if (!real) {
+		warn_no_real();
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	}
+	return real(rh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_read_p, stream);
+}
+
+EXPORT CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
+				      off_t *bufPtr_offset_p, ssize_t *bytes_written_p, CUstream stream)
+{
+	struct handle *h = lookup(fh);
+	if (!h)
+		return status(CU_FILE_HANDLE_NOT_REGISTERED);
+	if (h->ours) {
+		if (!bytes_written_p)
+			return status(CU_FILE_INVALID_VALUE);
+		*bytes_written_p = -1;
+		errno = EROFS;
+		return status(CU_FILE_PERMISSION_DENIED);
+	}
+	__typeof__(&cuFileWriteAsync) real = REAL(cuFileWriteAsync);
+	if (!real) {
+		warn_no_real();
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	}
+	return real(h->real, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p, stream);
+}
+
+/* ---- batches ---- */
+
+/* A batch of ours: reads of s3gdsfs files complete at submission and wait
+ * in done for cuFileBatchIOGetStatus; the rest go to a real batch. */
+struct batch {
+	struct batch *next;
+	unsigned nr;
+	CUfileBatchHandle_t real;
+	int real_ok;
+	CUfileIOEvents_t *done;
+	unsigned ndone;
+};
+
+static struct batch *batches;
+
+static struct batch *find_batch(CUfileBatchHandle_t bh)
+{
+	for (struct batch *b = batches; b; b = b->next)
+		if ((CUfileBatchHandle_t)b == bh)
+			return b;
+	return NULL;
+}
+
+EXPORT CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr)
+{
+	if (!batch_idp || nr == 0)
+		return status(CU_FILE_INVALID_VALUE);
+	struct batch *b = calloc(1, sizeof(*b));
+	if (!b || !(b->done = calloc(nr, sizeof(*b->done)))) {
+		free(b);
+		return status(CU_FILE_INTERNAL_ERROR);
+	}
+	b->nr = nr;
+	__typeof__(&cuFileBatchIOSetUp) setup = REAL(cuFileBatchIOSetUp);
+	if (setup && setup(&b->real, nr).err == CU_FILE_SUCCESS)
+		b->real_ok = 1;
+	pthread_mutex_lock(&mu);
+	b->next = batches;
+	batches = b;
+	pthread_mutex_unlock(&mu);
+	*batch_idp = b;
+	dbg("batch %p: set up for %u%s", (void *)b, nr, b->real_ok ? "" : " (no real batch: s3gdsfs reads only)");
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t *iocbp, unsigned flags)
+{
+	pthread_mutex_lock(&mu);
+	struct batch *b = find_batch(batch_idp);
+	pthread_mutex_unlock(&mu);
+	if (!b)
+		return status(CU_FILE_INVALID_VALUE);
+	if (!iocbp || nr == 0 || nr > b->nr)
+		return status(CU_FILE_INVALID_VALUE);
+	CUfileIOParams_t *pass = calloc(nr, sizeof(*pass));
+	if (!pass)
+		return status(CU_FILE_INTERNAL_ERROR);
+	unsigned npass = 0;
+	CUfileError_t e = status(CU_FILE_SUCCESS);
+	for (unsigned i = 0; i < nr && e.err == CU_FILE_SUCCESS; i++) {
+		struct handle *h = lookup(iocbp[i].fh);
+		if (!h) {
+			e.err = CU_FILE_HANDLE_NOT_REGISTERED;
+			break;
+		}
+		if (iocbp[i].mode != CUFILE_BATCH) {
+			e.err = CU_FILE_INVALID_VALUE;
+			break;
+		}
+		if (h->ours && iocbp[i].opcode == CUFILE_READ) {
+			ssize_t ret;
+			CUdeviceptr dst = (CUdeviceptr)(uintptr_t)iocbp[i].u.batch.devPtr_base +
+					  (CUdeviceptr)iocbp[i].u.batch.devPtr_offset;
+			if (serve_read(h, dst, iocbp[i].u.batch.size, iocbp[i].u.batch.file_offset, &ret) != FALLBACK) {
+				pthread_mutex_lock(&mu);
+				if (b->ndone < b->nr) {
+					CUfileIOEvents_t *ev = &b->done[b->ndone++];
+					ev->cookie = iocbp[i].cookie;
+					ev->status = ret >= 0 ? CUFILE_COMPLETE : CUFILE_FAILED;
+					ev->ret = (size_t)ret;
+				} else {
+					e.err = CU_FILE_BATCH_FULL;
+				}
+				pthread_mutex_unlock(&mu);
+				continue;
+			}
+		}
+		if (h->ours && iocbp[i].opcode != CUFILE_READ) {
+			e.err = CU_FILE_PERMISSION_DENIED; /* the mount is read-only */
+			break;
+		}
+		CUfileHandle_t rh = h->real;
+		if (h->ours && (e.err = real_handle(h, &rh)) != CU_FILE_SUCCESS)
+			break;
+		pass[npass] = iocbp[i];
+		pass[npass].fh = rh;
+		npass++;
+	}
+	if (e.err == CU_FILE_SUCCESS && npass > 0) {
+		__typeof__(&cuFileBatchIOSubmit) submit = REAL(cuFileBatchIOSubmit);
+		if (!submit || !b->real_ok) {
+			warn_no_real();
+			e.err = CU_FILE_DRIVER_NOT_INITIALIZED;
+		} else {
+			e = submit(b->real, npass, pass, flags);
+		}
+	}
+	free(pass);
+	dbg("batch %p: submitted %u, %u passed to the real libcufile: %d", (void *)b, nr, npass, (int)e.err);
+	return e;
+}
+
+EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr, unsigned *nr,
+					    CUfileIOEvents_t *iocbp, struct timespec *timeout)
+{
+	if (!nr || !iocbp)
+		return status(CU_FILE_INVALID_VALUE);
+	pthread_mutex_lock(&mu);
+	struct batch *b = find_batch(batch_idp);
+	if (!b) {
+		pthread_mutex_unlock(&mu);
+		return status(CU_FILE_INVALID_VALUE);
+	}
+	unsigned room = *nr, got = 0;
+	while (got < room && b->ndone > 0) {
+		iocbp[got++] = b->done[0];
+		memmove(b->done, b->done + 1, (--b->ndone) * sizeof(*b->done));
+	}
+	int real_ok = b->real_ok;
+	CUfileBatchHandle_t rb = b->real;
+	pthread_mutex_unlock(&mu);
+	CUfileError_t e = status(CU_FILE_SUCCESS);
+	__typeof__(&cuFileBatchIOGetStatus) st = REAL(cuFileBatchIOGetStatus);
+	if (real_ok && st && got < room) {
+		unsigned more = room - got;
+		e = st(rb, min_nr > got ? min_nr - got : 0, &more, iocbp + got, timeout);
+		if (e.err == CU_FILE_SUCCESS)
+			got += more;
+	}
+	*nr = got;
+	return e;
+}
+
+EXPORT CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp)
+{
+	pthread_mutex_lock(&mu);
+	struct batch *b = find_batch(batch_idp);
+	if (!b) {
+		pthread_mutex_unlock(&mu);
+		return status(CU_FILE_INVALID_VALUE);
+	}
+	b->ndone = 0;
+	int real_ok = b->real_ok;
+	CUfileBatchHandle_t rb = b->real;
+	pthread_mutex_unlock(&mu);
+	__typeof__(&cuFileBatchIOCancel) cancel = REAL(cuFileBatchIOCancel);
+	if (real_ok && cancel)
+		return cancel(rb);
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp)
+{
+	pthread_mutex_lock(&mu);
+	struct batch **pp = &batches;
+	while (*pp && (CUfileBatchHandle_t)*pp != batch_idp)
+		pp = &(*pp)->next;
+	struct batch *b = *pp;
+	if (b)
+		*pp = b->next;
+	pthread_mutex_unlock(&mu);
+	if (!b)
+		return;
+	__typeof__(&cuFileBatchIODestroy) destroy = REAL(cuFileBatchIODestroy);
+	if (b->real_ok && destroy)
+		destroy(b->real);
+	free(b->done);
+	free(b);
+}
+
+/* ---- the driver ---- */
+
+EXPORT CUfileError_t cuFileDriverOpen(void)
+{
+	__typeof__(&cuFileDriverOpen) real = REAL(cuFileDriverOpen);
+	if (real) {
+		CUfileError_t e = real();
+		dbg("driver open: real libcufile answered %d", (int)e.err);
+		return e;
+	}
+	warn_no_real();
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileDriverClose(void)
+{
+	__typeof__(&cuFileDriverClose) real = REAL(cuFileDriverClose);
+	return real ? real() : status(CU_FILE_SUCCESS);
+}
+
+/* cufile.h of CUDA 12 defines cuFileDriverClose as cuFileDriverClose_v2. */
+EXPORT CUfileError_t cuFileDriverClose_v2(void)
+{
+	__typeof__(&cuFileDriverClose_v2) real = REAL(cuFileDriverClose_v2);
+	if (real)
+		return real();
+	return cuFileDriverClose();
+}
+
+EXPORT long cuFileUseCount(void)
+{
+	__typeof__(&cuFileUseCount) real = REAL(cuFileUseCount);
+	return real ? real() : 0;
+}
+
+EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *props)
+{
+	if (!props)
+		return status(CU_FILE_INVALID_VALUE);
+	__typeof__(&cuFileDriverGetProperties) real = REAL(cuFileDriverGetProperties);
+	if (real)
+		return real(props);
+	memset(props, 0, sizeof(*props));
+	props->nvfs.major_version = S3GDSFS_CUFILE_VERSION / 1000;
+	props->nvfs.minor_version = S3GDSFS_CUFILE_VERSION % 1000 / 10;
+	props->nvfs.max_direct_io_size = 16 << 10; /* KiB, as cufile.json's max_direct_io_size_kb */
+	props->max_batch_io_size = 128;
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileGetVersion(int *version)
+{
+	if (!version)
+		return status(CU_FILE_INVALID_VALUE);
+	__typeof__(&cuFileGetVersion) real = REAL(cuFileGetVersion);
+	if (real)
+		return real(version);
+	*version = S3GDSFS_CUFILE_VERSION;
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size)
+{
+	__typeof__(&cuFileDriverSetPollMode) real = REAL(cuFileDriverSetPollMode);
+	return real ? real(poll, poll_threshold_size) : status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size)
+{
+	__typeof__(&cuFileDriverSetMaxDirectIOSize) real = REAL(cuFileDriverSetMaxDirectIOSize);
+	return real ? real(max_direct_io_size) : status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size)
+{
+	__typeof__(&cuFileDriverSetMaxCacheSize) real = REAL(cuFileDriverSetMaxCacheSize);
+	return real ? real(max_cache_size) : status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size)
+{
+	__typeof__(&cuFileDriverSetMaxPinnedMemSize) real = REAL(cuFileDriverSetMaxPinnedMemSize);
+	return real ? real(max_pinned_size) : status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags)
+{
+	__typeof__(&cuFileStreamRegister) real = REAL(cuFileStreamRegister);
+	return real ? real(stream, flags) : status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileStreamDeregister(CUstream stream)
+{
+	__typeof__(&cuFileStreamDeregister) real = REAL(cuFileStreamDeregister);
+	return real ? real(stream) : status(CU_FILE_SUCCESS);
+}

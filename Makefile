@@ -52,7 +52,7 @@ PRELOAD_LIB := bin/libs3gdsfs_cufile.so
 preload:
 	mkdir -p $(dir $(PRELOAD_LIB))
 	gcc -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror \
-	  -o $(PRELOAD_LIB) cufile-preload/s3gdsfs_cufile.c -ldl -lpthread
+	  -Iclient/c -o $(PRELOAD_LIB) cufile-preload/src/s3gdsfs_cufile.c -ldl -lpthread
 
 # test-preload: the library against fake libcufile and libcuda, through a
 # real mount (cufile-preload/preload_test.go builds its own copies).

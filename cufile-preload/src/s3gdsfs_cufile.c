@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "cufile_abi.h"
-#include "../client/c/s3gds.h"
+#include "s3gds.h" /* client/c */
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -1,0 +1,7 @@
+// Package cufilepreload holds libs3gdsfs_cufile.so, a C library that serves
+// NVIDIA cuFile reads of s3gdsfs files through the GPU read ioctl
+// (docs/cufile-preload.md), and its tests: preload_test.go builds the
+// library, a fake libcufile.so.0, a fake libcuda.so.1 and a cuFile program
+// (testdata/) with gcc and runs the program through a real mount whose
+// daemon uses the host stand-in for device memory.
+package cufilepreload

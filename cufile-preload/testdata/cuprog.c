@@ -1,0 +1,311 @@
+/*
+ * cuprog.c - a program written against the cuFile API and the CUDA driver
+ * API alone (it declares what it calls, as a program compiled with
+ * cufile.h and cuda.h would see it), for the tests of libs3gdsfs_cufile.so.
+ *
+ *   cuprog read PATH OFF LEN BOFF OUT [reg] [async] [batch] [chunks=N] [threads=N]
+ *       reads [OFF, OFF+LEN) of PATH to BOFF of a fresh device allocation
+ *       and writes the bytes read to OUT
+ *   cuprog write PATH        cuFileWrite of 16 bytes
+ *   cuprog badhandle         cuFileRead with a handle never registered
+ *   cuprog deregistered PATH cuFileRead after cuFileHandleDeregister
+ *   cuprog badfd             cuFileHandleRegister of a closed descriptor
+ *
+ * It prints key=value lines: register=, ret=, errno=, guard=ok|bad.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUstream_st *CUstream;
+CUresult cuInit(unsigned flags);
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult cuMemFree_v2(CUdeviceptr dptr);
+
+typedef struct CUfileError { int err; CUresult cu_err; } CUfileError_t;
+typedef struct CUfileDescr_t {
+	int type; /* CU_FILE_HANDLE_TYPE_OPAQUE_FD */
+	union { int fd; void *handle; } handle;
+	const void *fs_ops;
+} CUfileDescr_t;
+typedef void *CUfileHandle_t;
+typedef void *CUfileBatchHandle_t;
+typedef struct CUfileIOParams {
+	int mode; /* CUFILE_BATCH */
+	union { struct { void *devPtr_base; off_t file_offset; off_t devPtr_offset; size_t size; } batch; } u;
+	CUfileHandle_t fh;
+	int opcode; /* CUFILE_READ */
+	void *cookie;
+} CUfileIOParams_t;
+typedef struct CUfileIOEvents { void *cookie; int status; size_t ret; } CUfileIOEvents_t;
+
+CUfileError_t cuFileDriverOpen(void);
+CUfileError_t cuFileDriverClose_v2(void);
+CUfileError_t cuFileGetVersion(int *version);
+CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr);
+void cuFileHandleDeregister(CUfileHandle_t fh);
+CUfileError_t cuFileBufRegister(const void *bufPtr_base, size_t length, int flags);
+CUfileError_t cuFileBufDeregister(const void *bufPtr_base);
+ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset);
+ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset);
+CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
+			      off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream stream);
+CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
+CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t *iocbp, unsigned flags);
+CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr, unsigned *nr,
+				     CUfileIOEvents_t *iocbp, struct timespec *timeout);
+void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
+
+#define FILL 0xEE
+
+static int open_registered(const char *path, int flags, CUfileHandle_t *fh)
+{
+	int fd = open(path, flags);
+	if (fd < 0) {
+		printf("open=%d\n", errno);
+		exit(2);
+	}
+	CUfileDescr_t d;
+	memset(&d, 0, sizeof(d));
+	d.type = 1;
+	d.handle.fd = fd;
+	CUfileError_t e = cuFileHandleRegister(fh, &d);
+	printf("register=%d\n", e.err);
+	if (e.err != 0)
+		exit(0);
+	return fd;
+}
+
+struct job {
+	CUfileHandle_t fh;
+	void *buf;
+	size_t len;
+	off_t off, boff;
+	ssize_t ret;
+	int err;
+};
+
+static void *run_job(void *arg)
+{
+	struct job *j = arg;
+	errno = 0;
+	j->ret = cuFileRead(j->fh, j->buf, j->len, j->off, j->boff);
+	j->err = errno;
+	return NULL;
+}
+
+static int cmd_read(int argc, char **argv)
+{
+	if (argc < 7) {
+		fprintf(stderr, "usage: cuprog read PATH OFF LEN BOFF OUT [reg] [async] [batch] [chunks=N] [threads=N]\n");
+		return 2;
+	}
+	const char *path = argv[2];
+	off_t off = strtoll(argv[3], NULL, 0);
+	size_t len = strtoull(argv[4], NULL, 0);
+	off_t boff = strtoll(argv[5], NULL, 0);
+	const char *out = argv[6];
+	bool reg = false, async = false, batch = false;
+	unsigned chunks = 1, threads = 0;
+	for (int i = 7; i < argc; i++) {
+		if (!strcmp(argv[i], "reg"))
+			reg = true;
+		else if (!strcmp(argv[i], "async"))
+			async = true;
+		else if (!strcmp(argv[i], "batch"))
+			batch = true;
+		else if (!strncmp(argv[i], "chunks=", 7))
+			chunks = strtoul(argv[i] + 7, NULL, 0);
+		else if (!strncmp(argv[i], "threads=", 8))
+			threads = strtoul(argv[i] + 8, NULL, 0);
+	}
+	if (threads)
+		chunks = threads;
+	if (chunks == 0)
+		chunks = 1;
+
+	cuInit(0);
+	CUfileError_t e = cuFileDriverOpen();
+	printf("driver_open=%d\n", e.err);
+	size_t bufsize = (size_t)boff + len + 4096;
+	CUdeviceptr dptr;
+	if (cuMemAlloc_v2(&dptr, bufsize) != 0) {
+		printf("alloc=failed\n");
+		return 1;
+	}
+	unsigned char *host = (unsigned char *)(unsigned long)dptr; /* the fake's device memory is host-visible */
+	memset(host, FILL, bufsize);
+	void *buf = (void *)(unsigned long)dptr;
+	if (reg) {
+		e = cuFileBufRegister(buf, bufsize, 0);
+		printf("bufregister=%d\n", e.err);
+	}
+	CUfileHandle_t fh;
+	int fd = open_registered(path, O_RDONLY, &fh);
+
+	size_t piece = (len + chunks - 1) / chunks;
+	ssize_t total = 0;
+	int err = 0;
+	if (async) {
+		size_t size = len;
+		off_t foff = off, bo = boff;
+		ssize_t got = 0;
+		e = cuFileReadAsync(fh, buf, &size, &foff, &bo, &got, NULL);
+		printf("async=%d\n", e.err);
+		total = e.err == 0 ? got : -1;
+	} else if (batch) {
+		CUfileBatchHandle_t b;
+		e = cuFileBatchIOSetUp(&b, chunks);
+		printf("batch_setup=%d\n", e.err);
+		CUfileIOParams_t *io = calloc(chunks, sizeof(*io));
+		for (unsigned i = 0; i < chunks; i++) {
+			size_t at = (size_t)i * piece;
+			io[i].mode = 1;
+			io[i].u.batch.devPtr_base = buf;
+			io[i].u.batch.file_offset = off + (off_t)at;
+			io[i].u.batch.devPtr_offset = boff + (off_t)at;
+			io[i].u.batch.size = at < len ? (len - at < piece ? len - at : piece) : 0;
+			io[i].fh = fh;
+			io[i].opcode = 0;
+			io[i].cookie = (void *)(unsigned long)(i + 1);
+		}
+		e = cuFileBatchIOSubmit(b, chunks, io, 0);
+		printf("batch_submit=%d\n", e.err);
+		unsigned seen = 0;
+		CUfileIOEvents_t *ev = calloc(chunks, sizeof(*ev));
+		for (int tries = 0; e.err == 0 && seen < chunks && tries < 1000; tries++) {
+			unsigned nr = chunks - seen;
+			struct timespec ts = {1, 0};
+			e = cuFileBatchIOGetStatus(b, 1, &nr, ev, &ts);
+			for (unsigned i = 0; i < nr; i++) {
+				if (ev[i].status != 0x10) {
+					printf("batch_status=%d\n", ev[i].status);
+					total = -1;
+				} else if (total >= 0) {
+					total += (ssize_t)ev[i].ret;
+				}
+			}
+			seen += nr;
+		}
+		printf("batch_events=%u\n", seen);
+		cuFileBatchIODestroy(b);
+	} else {
+		struct job *jobs = calloc(chunks, sizeof(*jobs));
+		pthread_t *tids = calloc(chunks, sizeof(*tids));
+		for (unsigned i = 0; i < chunks; i++) {
+			size_t at = (size_t)i * piece;
+			jobs[i].fh = fh;
+			jobs[i].buf = buf;
+			jobs[i].len = at < len ? (len - at < piece ? len - at : piece) : 0;
+			jobs[i].off = off + (off_t)at;
+			jobs[i].boff = boff + (off_t)at;
+			if (threads)
+				pthread_create(&tids[i], NULL, run_job, &jobs[i]);
+			else
+				run_job(&jobs[i]);
+		}
+		/* The bytes read are the prefix up to the first short piece. */
+		bool short_seen = false;
+		for (unsigned i = 0; i < chunks; i++) {
+			if (threads)
+				pthread_join(tids[i], NULL);
+			if (jobs[i].ret < 0) {
+				if (total >= 0) {
+					total = jobs[i].ret;
+					err = jobs[i].err;
+				}
+			} else if (total >= 0 && !short_seen) {
+				total += jobs[i].ret;
+				if ((size_t)jobs[i].ret < jobs[i].len)
+					short_seen = true;
+			}
+		}
+	}
+	printf("ret=%zd\n", total);
+	printf("errno=%d\n", err);
+	size_t got = total > 0 ? (size_t)total : 0;
+	bool guard = true;
+	for (size_t i = 0; i < (size_t)boff; i++)
+		guard = guard && host[i] == FILL;
+	for (size_t i = (size_t)boff + got; i < bufsize; i++)
+		guard = guard && host[i] == FILL;
+	printf("guard=%s\n", guard ? "ok" : "bad");
+	FILE *f = fopen(out, "w");
+	if (!f || fwrite(host + boff, 1, got, f) != got || fclose(f) != 0) {
+		printf("out=failed\n");
+		return 1;
+	}
+	cuFileHandleDeregister(fh);
+	close(fd);
+	if (reg) {
+		e = cuFileBufDeregister(buf);
+		printf("bufderegister=%d\n", e.err);
+	}
+	cuMemFree_v2(dptr);
+	e = cuFileDriverClose_v2();
+	printf("driver_close=%d\n", e.err);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	if (argc < 2)
+		return 2;
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "read"))
+		return cmd_read(argc, argv);
+	cuInit(0);
+	if (!strcmp(cmd, "write") && argc > 2) {
+		CUfileHandle_t fh;
+		open_registered(argv[2], O_RDONLY, &fh);
+		CUdeviceptr dptr;
+		cuMemAlloc_v2(&dptr, 4096);
+		errno = 0;
+		ssize_t r = cuFileWrite(fh, (void *)(unsigned long)dptr, 16, 0, 0);
+		printf("ret=%zd\nerrno=%d\n", r, errno);
+		return 0;
+	}
+	if (!strcmp(cmd, "badhandle")) {
+		char junk[64];
+		CUdeviceptr dptr;
+		cuMemAlloc_v2(&dptr, 4096);
+		ssize_t r = cuFileRead((CUfileHandle_t)junk, (void *)(unsigned long)dptr, 16, 0, 0);
+		printf("ret=%zd\n", r);
+		return 0;
+	}
+	if (!strcmp(cmd, "deregistered") && argc > 2) {
+		CUfileHandle_t fh;
+		open_registered(argv[2], O_RDONLY, &fh);
+		cuFileHandleDeregister(fh);
+		CUdeviceptr dptr;
+		cuMemAlloc_v2(&dptr, 4096);
+		ssize_t r = cuFileRead(fh, (void *)(unsigned long)dptr, 16, 0, 0);
+		printf("ret=%zd\n", r);
+		return 0;
+	}
+	if (!strcmp(cmd, "badfd")) {
+		int fd = open("/dev/null", O_RDONLY);
+		close(fd);
+		CUfileDescr_t d;
+		memset(&d, 0, sizeof(d));
+		d.type = 1;
+		d.handle.fd = fd;
+		CUfileHandle_t fh;
+		CUfileError_t e = cuFileHandleRegister(&fh, &d);
+		printf("register=%d\n", e.err);
+		return 0;
+	}
+	fprintf(stderr, "cuprog: unknown command %s\n", cmd);
+	return 2;
+}

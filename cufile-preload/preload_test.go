@@ -318,9 +318,17 @@ func TestCuFileThroughMount(t *testing.T) {
 	})
 
 	t.Run("handle never registered", func(t *testing.T) {
+		// Passed on to libcufile, which answers; without it, the library.
 		res := r.run(t, r.fakes, nil, "badhandle")
 		if got := res.int(t, "ret"); got != -5027 {
 			t.Errorf("ret = %d, want -CU_FILE_HANDLE_NOT_REGISTERED (-5027)", got)
+		}
+		if !strings.Contains(res.log, "cuFileRead unknown handle") {
+			t.Errorf("the handle was not passed on to libcufile:\n%s", res.log)
+		}
+		res = r.run(t, r.nocufile, nil, "badhandle")
+		if got := res.int(t, "ret"); got != -5027 {
+			t.Errorf("without libcufile: ret = %d, want -CU_FILE_HANDLE_NOT_REGISTERED (-5027)", got)
 		}
 	})
 

@@ -450,7 +450,12 @@ EXPORT void cuFileHandleDeregister(CUfileHandle_t fh)
 		*pp = h->next;
 	pthread_mutex_unlock(&mu);
 	if (!h) {
-		dbg("deregister %p: not a registered handle", fh);
+		/* Not one of ours: perhaps NVIDIA's own, from a call that did not
+		 * come through here. */
+		__typeof__(&cuFileHandleDeregister) dereg = REAL(cuFileHandleDeregister);
+		dbg("deregister %p: not registered here; %s", fh, dereg ? "passed on" : "ignored");
+		if (dereg)
+			dereg(fh);
 		return;
 	}
 	if (h->real_registered) {
@@ -534,8 +539,10 @@ EXPORT CUfileError_t cuFileBufDeregister(const void *ptr)
 	if (b)
 		*pp = b->next;
 	pthread_mutex_unlock(&mu);
-	if (!b)
-		return status(CU_FILE_MEMORY_NOT_REGISTERED);
+	if (!b) {
+		__typeof__(&cuFileBufDeregister) dereg = REAL(cuFileBufDeregister);
+		return dereg ? dereg(ptr) : status(CU_FILE_MEMORY_NOT_REGISTERED);
+	}
 	CUfileError_t e = status(CU_FILE_SUCCESS);
 	if (b->real_registered) {
 		__typeof__(&cuFileBufDeregister) dereg = REAL(cuFileBufDeregister);
@@ -631,11 +638,12 @@ static struct handle *lookup(CUfileHandle_t fh)
 EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset)
 {
 	struct handle *h = lookup(fh);
-	if (!h) {
-		dbg("read %p: not a registered handle", fh);
-		return -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
-	}
 	__typeof__(&cuFileRead) real = REAL(cuFileRead);
+	if (!h) {
+		/* Not registered here: NVIDIA's libcufile judges it. */
+		dbg("read %p: not registered here; %s", fh, real ? "passed on" : "CU_FILE_HANDLE_NOT_REGISTERED");
+		return real ? real(fh, bufPtr_base, size, file_offset, bufPtr_offset) : -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
+	}
 	if (h->ours) {
 		ssize_t ret;
 		CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
@@ -660,14 +668,14 @@ EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off
 EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset)
 {
 	struct handle *h = lookup(fh);
+	__typeof__(&cuFileWrite) real = REAL(cuFileWrite);
 	if (!h)
-		return -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
+		return real ? real(fh, bufPtr_base, size, file_offset, bufPtr_offset) : -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
 	if (h->ours) {
 		dbg("write fd %d: refused, s3gdsfs mounts are read-only", h->fd);
 		errno = EROFS;
 		return -1;
 	}
-	__typeof__(&cuFileWrite) real = REAL(cuFileWrite);
 	if (!real) {
 		warn_no_real();
 		return -(ssize_t)CU_FILE_DRIVER_NOT_INITIALIZED;
@@ -682,11 +690,14 @@ EXPORT CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_
 				     off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream stream)
 {
 	struct handle *h = lookup(fh);
-	if (!h)
-		return status(CU_FILE_HANDLE_NOT_REGISTERED);
+	__typeof__(&cuFileReadAsync) real = REAL(cuFileReadAsync);
+	if (!h) {
+		if (!real)
+			return status(CU_FILE_HANDLE_NOT_REGISTERED);
+		return real(fh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_read_p, stream);
+	}
 	if (!size_p || !file_offset_p || !bufPtr_offset_p || !bytes_read_p)
 		return status(CU_FILE_INVALID_VALUE);
-	__typeof__(&cuFileReadAsync) real = REAL(cuFileReadAsync);
 	CUfileHandle_t rh = h->real;
 	if (h->ours) {
 		if (cuda_ok() && cuda.sync) {
@@ -719,8 +730,12 @@ EXPORT CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size
 				      off_t *bufPtr_offset_p, ssize_t *bytes_written_p, CUstream stream)
 {
 	struct handle *h = lookup(fh);
-	if (!h)
-		return status(CU_FILE_HANDLE_NOT_REGISTERED);
+	__typeof__(&cuFileWriteAsync) real = REAL(cuFileWriteAsync);
+	if (!h) {
+		if (!real)
+			return status(CU_FILE_HANDLE_NOT_REGISTERED);
+		return real(fh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p, stream);
+	}
 	if (h->ours) {
 		if (!bytes_written_p)
 			return status(CU_FILE_INVALID_VALUE);
@@ -728,7 +743,6 @@ EXPORT CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size
 		errno = EROFS;
 		return status(CU_FILE_PERMISSION_DENIED);
 	}
-	__typeof__(&cuFileWriteAsync) real = REAL(cuFileWriteAsync);
 	if (!real) {
 		warn_no_real();
 		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
@@ -786,8 +800,10 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned
 	pthread_mutex_lock(&mu);
 	struct batch *b = find_batch(batch_idp);
 	pthread_mutex_unlock(&mu);
-	if (!b)
-		return status(CU_FILE_INVALID_VALUE);
+	if (!b) {
+		__typeof__(&cuFileBatchIOSubmit) submit = REAL(cuFileBatchIOSubmit);
+		return submit ? submit(batch_idp, nr, iocbp, flags) : status(CU_FILE_INVALID_VALUE);
+	}
 	if (!iocbp || nr == 0 || nr > b->nr)
 		return status(CU_FILE_INVALID_VALUE);
 	CUfileIOParams_t *pass = calloc(nr, sizeof(*pass));
@@ -798,8 +814,9 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned
 	for (unsigned i = 0; i < nr && e.err == CU_FILE_SUCCESS; i++) {
 		struct handle *h = lookup(iocbp[i].fh);
 		if (!h) {
-			e.err = CU_FILE_HANDLE_NOT_REGISTERED;
-			break;
+			/* Not registered here: NVIDIA's libcufile judges it. */
+			pass[npass++] = iocbp[i];
+			continue;
 		}
 		if (iocbp[i].mode != CUFILE_BATCH) {
 			e.err = CU_FILE_INVALID_VALUE;
@@ -855,9 +872,10 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsig
 		return status(CU_FILE_INVALID_VALUE);
 	pthread_mutex_lock(&mu);
 	struct batch *b = find_batch(batch_idp);
+	__typeof__(&cuFileBatchIOGetStatus) st = REAL(cuFileBatchIOGetStatus);
 	if (!b) {
 		pthread_mutex_unlock(&mu);
-		return status(CU_FILE_INVALID_VALUE);
+		return st ? st(batch_idp, min_nr, nr, iocbp, timeout) : status(CU_FILE_INVALID_VALUE);
 	}
 	unsigned room = *nr, got = 0;
 	while (got < room && b->ndone > 0) {
@@ -868,7 +886,6 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsig
 	CUfileBatchHandle_t rb = b->real;
 	pthread_mutex_unlock(&mu);
 	CUfileError_t e = status(CU_FILE_SUCCESS);
-	__typeof__(&cuFileBatchIOGetStatus) st = REAL(cuFileBatchIOGetStatus);
 	if (real_ok && st && got < room) {
 		unsigned more = room - got;
 		e = st(rb, min_nr > got ? min_nr - got : 0, &more, iocbp + got, timeout);
@@ -883,15 +900,15 @@ EXPORT CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp)
 {
 	pthread_mutex_lock(&mu);
 	struct batch *b = find_batch(batch_idp);
+	__typeof__(&cuFileBatchIOCancel) cancel = REAL(cuFileBatchIOCancel);
 	if (!b) {
 		pthread_mutex_unlock(&mu);
-		return status(CU_FILE_INVALID_VALUE);
+		return cancel ? cancel(batch_idp) : status(CU_FILE_INVALID_VALUE);
 	}
 	b->ndone = 0;
 	int real_ok = b->real_ok;
 	CUfileBatchHandle_t rb = b->real;
 	pthread_mutex_unlock(&mu);
-	__typeof__(&cuFileBatchIOCancel) cancel = REAL(cuFileBatchIOCancel);
 	if (real_ok && cancel)
 		return cancel(rb);
 	return status(CU_FILE_SUCCESS);
@@ -907,9 +924,12 @@ EXPORT void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp)
 	if (b)
 		*pp = b->next;
 	pthread_mutex_unlock(&mu);
-	if (!b)
-		return;
 	__typeof__(&cuFileBatchIODestroy) destroy = REAL(cuFileBatchIODestroy);
+	if (!b) {
+		if (destroy)
+			destroy(batch_idp);
+		return;
+	}
 	if (b->real_ok && destroy)
 		destroy(b->real);
 	free(b->done);

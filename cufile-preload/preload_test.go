@@ -339,6 +339,18 @@ func TestCuFileThroughMount(t *testing.T) {
 		}
 	})
 
+	t.Run("past the end of the allocation", func(t *testing.T) {
+		for _, reg := range []string{"", "reg"} {
+			res := r.run(t, r.fakes, nil, "read", r.obj, "0", "8192", "100", "alloc=8192", reg)
+			if got := res.int(t, "ret"); got != -5014 {
+				t.Errorf("%s: ret = %d, want -CU_FILE_CUDA_POINTER_RANGE_ERROR (-5014)", reg, got)
+			}
+			if res.kv["guard"] != "ok" || strings.Contains(res.log, "cuFileRead") {
+				t.Errorf("%s: the buffer was written, or libcufile read:\n%s", reg, res.log)
+			}
+		}
+	})
+
 	t.Run("closed descriptor", func(t *testing.T) {
 		res := r.run(t, r.fakes, nil, "badfd")
 		if got := res.int(t, "register"); got != 5022 {

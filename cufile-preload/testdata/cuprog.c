@@ -3,9 +3,9 @@
  * API alone (it declares what it calls, as a program compiled with
  * cufile.h and cuda.h would see it), for the tests of libs3gdsfs_cufile.so.
  *
- *   cuprog read PATH OFF LEN BOFF OUT [reg] [async] [batch] [chunks=N] [threads=N]
+ *   cuprog read PATH OFF LEN BOFF OUT [reg] [async] [batch] [chunks=N] [threads=N] [alloc=N]
  *       reads [OFF, OFF+LEN) of PATH to BOFF of a fresh device allocation
- *       and writes the bytes read to OUT
+ *       (BOFF+LEN+4096 bytes, or N) and writes the bytes read to OUT
  *   cuprog write PATH        cuFileWrite of 16 bytes
  *   cuprog badhandle         cuFileRead with a handle never registered
  *   cuprog deregistered PATH cuFileRead after cuFileHandleDeregister
@@ -117,6 +117,7 @@ static int cmd_read(int argc, char **argv)
 	const char *out = argv[6];
 	bool reg = false, async = false, batch = false;
 	unsigned chunks = 1, threads = 0;
+	size_t alloc = 0;
 	for (int i = 7; i < argc; i++) {
 		if (!strcmp(argv[i], "reg"))
 			reg = true;
@@ -128,6 +129,8 @@ static int cmd_read(int argc, char **argv)
 			chunks = strtoul(argv[i] + 7, NULL, 0);
 		else if (!strncmp(argv[i], "threads=", 8))
 			threads = strtoul(argv[i] + 8, NULL, 0);
+		else if (!strncmp(argv[i], "alloc=", 6))
+			alloc = strtoull(argv[i] + 6, NULL, 0);
 	}
 	if (threads)
 		chunks = threads;
@@ -137,7 +140,7 @@ static int cmd_read(int argc, char **argv)
 	cuInit(0);
 	CUfileError_t e = cuFileDriverOpen();
 	printf("driver_open=%d\n", e.err);
-	size_t bufsize = (size_t)boff + len + 4096;
+	size_t bufsize = alloc ? alloc : (size_t)boff + len + 4096;
 	CUdeviceptr dptr;
 	if (cuMemAlloc_v2(&dptr, bufsize) != 0) {
 		printf("alloc=failed\n");

@@ -364,12 +364,14 @@ static int on_mount(int fd, uint32_t *flags, char *why, size_t whylen)
 
 /* real_handle registers h with NVIDIA's libcufile if it is not yet, and
  * returns its handle there; for reads of ours that cannot be served. */
+static pthread_mutex_t real_mu = PTHREAD_MUTEX_INITIALIZER; /* serialises real_handle; mu is never held into libcufile */
+
 static CUfileOpError real_handle(struct handle *h, CUfileHandle_t *out)
 {
 	CUfileOpError err = CU_FILE_SUCCESS;
-	pthread_mutex_lock(&mu);
+	__typeof__(&cuFileHandleRegister) reg = REAL(cuFileHandleRegister);
+	pthread_mutex_lock(&real_mu);
 	if (!h->real_registered) {
-		__typeof__(&cuFileHandleRegister) reg = REAL(cuFileHandleRegister);
 		if (!reg) {
 			err = CU_FILE_DRIVER_NOT_INITIALIZED;
 		} else {
@@ -381,7 +383,7 @@ static CUfileOpError real_handle(struct handle *h, CUfileHandle_t *out)
 		}
 	}
 	*out = h->real;
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&real_mu);
 	return err;
 }
 
@@ -870,9 +872,9 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsig
 {
 	if (!nr || !iocbp)
 		return status(CU_FILE_INVALID_VALUE);
+	__typeof__(&cuFileBatchIOGetStatus) st = REAL(cuFileBatchIOGetStatus);
 	pthread_mutex_lock(&mu);
 	struct batch *b = find_batch(batch_idp);
-	__typeof__(&cuFileBatchIOGetStatus) st = REAL(cuFileBatchIOGetStatus);
 	if (!b) {
 		pthread_mutex_unlock(&mu);
 		return st ? st(batch_idp, min_nr, nr, iocbp, timeout) : status(CU_FILE_INVALID_VALUE);
@@ -898,9 +900,9 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsig
 
 EXPORT CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp)
 {
+	__typeof__(&cuFileBatchIOCancel) cancel = REAL(cuFileBatchIOCancel);
 	pthread_mutex_lock(&mu);
 	struct batch *b = find_batch(batch_idp);
-	__typeof__(&cuFileBatchIOCancel) cancel = REAL(cuFileBatchIOCancel);
 	if (!b) {
 		pthread_mutex_unlock(&mu);
 		return cancel ? cancel(batch_idp) : status(CU_FILE_INVALID_VALUE);

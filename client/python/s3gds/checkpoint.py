@@ -125,7 +125,11 @@ def load_safetensors(path: PathLike, device: Any = "cpu", *, method: str = "auto
     otherwise read(2)), "ioctl" (ValueError when it is not possible) or
     "posix". return_stats: also return a LoadStats, as (tensors, stats).
     """
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("s3gds.load_safetensors needs PyTorch: pip install torch "
+                          "(or pip install 's3gds[torch]')") from e
 
     start = time.perf_counter()
     path = os.fspath(path)

@@ -107,10 +107,21 @@ posix-bundle: gpu-bundle bench-deps
 GOFUSE_SKIP      :=
 GOFUSE_RACE_SKIP := ^TestForget$$
 
-test: deps go-fuse-check preload
+test: deps go-fuse-check preload test-python
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 40m ./...
 	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test
+
+# test-python: client/python's pytest suite on a real mount (client/python/gotest
+# starts versitygw and a host stand-in daemon), in the virtual environment
+# client/python/dev/venv.sh keeps outside the tree with the pinned packages
+# (the first run downloads torch and its CUDA runtime wheels, ~2.4 GB; later
+# runs only check versions). The test skips under a plain `go test ./...`.
+.PHONY: test-python
+PY_VENV ?= $(HOME)/.cache/s3gdsfs/python-venv
+test-python: deps
+	PY_VENV='$(PY_VENV)' client/python/dev/venv.sh
+	S3GDS_TEST_PYTHON='$(PY_VENV)/bin/python' $(GO) test -count=1 -run '^TestPythonClientOnMount$$' ./client/python/gotest
 
 # test-race: the same under the race detector, less the fault and load
 # tests, whose timing bounds do not allow for its slowdown.

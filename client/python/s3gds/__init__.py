@@ -18,7 +18,7 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from . import _abi
 from ._abi import (  # noqa: F401 (re-exported)
@@ -36,12 +36,32 @@ from ._abi import (  # noqa: F401 (re-exported)
     XATTR_STATS,
 )
 from ._hostbuffer import HostBuffer
+from ._version import __version__
+from .checkpoint import LoadStats, load_safetensors
+
+if TYPE_CHECKING:
+    from .datasets import S3GDSItem, S3GDSIterableDataset, S3GDSMapDataset
 
 __all__ = [
     "read_into", "ReadResult", "HostBuffer", "caps", "stats", "etag",
+    "load_safetensors", "LoadStats",
+    "S3GDSMapDataset", "S3GDSIterableDataset", "S3GDSItem",
     "FLAG_RDMA_ONLY", "FLAG_HTTP_ONLY", "FLAG_HOST_BUFFER", "FLAG_DECLINE_IS_ERROR",
     "TRANSPORTS", "DECLINE_REASONS", "ABI_VERSION", "STRUCT_SIZE", "IOC_READ",
+    "__version__",
 ]
+
+_DATASET_NAMES = ("S3GDSMapDataset", "S3GDSIterableDataset", "S3GDSItem")
+
+
+def __getattr__(name: str) -> Any:
+    # The datasets need torch: import them only when asked for, so that
+    # ``import s3gds`` works without it.
+    if name in _DATASET_NAMES:
+        from . import datasets
+
+        return getattr(datasets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -69,11 +89,15 @@ _ERRNO_HINTS = {
 }
 
 
-def read_into(dst, path, offset=0, length=None, *, flags=0, rdma_token=None, fd=None):
+def read_into(dst: Any, path: Union[str, "os.PathLike[str]"], offset: int = 0,
+              length: Optional[int] = None, *, flags: int = 0,
+              rdma_token: Union[str, bytes, None] = None, fd: Optional[int] = None,
+              dst_offset: int = 0) -> ReadResult:
     """Read ``length`` bytes of the file at ``path`` from ``offset`` into ``dst``.
 
     dst: a contiguous torch CUDA tensor (bytes land at its first element) or a
-    HostBuffer. length defaults to dst's size in bytes. flags: FLAG_RDMA_ONLY,
+    HostBuffer. dst_offset: bytes into dst where the first byte lands (0: its
+    start). length defaults to dst's size in bytes less dst_offset. flags: FLAG_RDMA_ONLY,
     FLAG_HTTP_ONLY, FLAG_DECLINE_IS_ERROR. rdma_token: a token the caller minted
     for dst (str or bytes), sent to the server as is. fd: an open descriptor of
     the file to use instead of opening ``path``.
@@ -84,6 +108,8 @@ def read_into(dst, path, offset=0, length=None, *, flags=0, rdma_token=None, fd=
     """
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
+    if dst_offset < 0:
+        raise ValueError(f"dst_offset {dst_offset} is negative")
     if flags & ~(_abi.KNOWN_FLAGS & ~FLAG_HOST_BUFFER):
         raise ValueError(f"flags {flags:#x}: only FLAG_RDMA_ONLY, FLAG_HTTP_ONLY and "
                          "FLAG_DECLINE_IS_ERROR are for callers")
@@ -92,16 +118,21 @@ def read_into(dst, path, offset=0, length=None, *, flags=0, rdma_token=None, fd=
         if dst.closed:
             raise ValueError("dst is a closed HostBuffer")
         flags |= FLAG_HOST_BUFFER
-        device, ipc_handle, dst_offset, capacity, synchronize = 0, dst.name.encode(), 0, dst.nbytes, None
+        device, ipc_handle, base_offset, capacity, synchronize = 0, dst.name.encode(), 0, dst.nbytes, None
     else:
         from ._cuda import cuda_destination
 
-        device, ipc_handle, dst_offset, capacity, synchronize = cuda_destination(dst)
+        device, ipc_handle, base_offset, capacity, synchronize = cuda_destination(dst)
 
+    if dst_offset > capacity:
+        raise ValueError(f"dst_offset {dst_offset} lies past dst's {capacity} bytes")
+    wanted_offset = dst_offset
+    dst_offset, capacity = base_offset + dst_offset, capacity - dst_offset
     if length is None:
         length = capacity
     if not 0 <= length <= capacity:
-        raise ValueError(f"length {length} does not fit in dst's {capacity} bytes")
+        raise ValueError(f"length {length} does not fit in dst's {capacity} bytes"
+                         + (f" past dst_offset {wanted_offset}" if wanted_offset else ""))
     token = rdma_token.encode("ascii") if isinstance(rdma_token, str) else bytes(rdma_token or b"")
 
     req = _abi.pack_request(flags=flags, device=device, offset=offset, length=length,
@@ -146,16 +177,16 @@ def _name(names, value, kind):
     return names[value] if value < len(names) else f"{kind}({value})"
 
 
-def caps(path):
+def caps(path: Union[str, "os.PathLike[str]"]) -> dict:
     """What the daemon can do (the user.s3gdsfs.caps JSON); ask it on the mount root."""
     return json.loads(os.getxattr(path, XATTR_CAPS))
 
 
-def stats(path):
+def stats(path: Union[str, "os.PathLike[str]"]) -> dict:
     """The daemon's counters for a file, or for the whole mount on its root."""
     return json.loads(os.getxattr(path, XATTR_STATS))
 
 
-def etag(path):
+def etag(path: Union[str, "os.PathLike[str]"]) -> str:
     """The ETag of the object behind a file."""
     return os.getxattr(path, XATTR_ETAG).decode()

@@ -1,0 +1,345 @@
+"""load_safetensors: a safetensors checkpoint into one device allocation.
+
+    import s3gds
+    tensors = s3gds.load_safetensors("/mnt/s3/models/model.safetensors", device="cuda:0")
+    tensors, stats = s3gds.load_safetensors("/mnt/s3/models/model.safetensors.index.json",
+                                            device="cuda:0", return_stats=True)
+    print(stats.method, stats.reason, stats.transports)
+
+The result is what ``safetensors.torch.load_file(path, device=...)`` returns:
+the same names, dtypes, shapes and bytes. How it gets there:
+
+1. The header (8-byte little-endian length, then that many bytes of JSON) is
+   read with one pread(2) of the first 64 KiB; a longer header takes one more.
+2. Every file's data section lands in ONE uint8 allocation on the device:
+   through S3GDS_IOC_READ where the mount allows it (s3gds._landing says
+   when), otherwise through read(2). A sharded checkpoint (its
+   ``*.safetensors.index.json``) lands all its shards in the one allocation,
+   each at an offset aligned to 256 bytes.
+3. Each tensor is a view of that allocation (slice, ``.view(dtype)``,
+   ``.view(shape)``). A view of a dtype of k bytes must start at a multiple of
+   k; a tensor whose offset is not (only files not written by the safetensors
+   library have them) is copied into its own allocation, and its name is in
+   ``LoadStats.copied``.
+
+Malformed input (a truncated header, a header length past the end of the
+file, offsets out of range or not matching the shape, an unknown dtype, an
+index naming tensors its shard lacks) raises ValueError naming the file and
+the tensor or field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+
+from . import _landing
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("s3gds")
+
+HEADER_READ = 64 << 10  # the first read of a file: its length prefix and, usually, the whole header
+SHARD_ALIGN = 256  # where each shard's data starts in the one allocation
+MAX_HEADER = 100 << 20  # what the safetensors library accepts
+
+# safetensors dtype name -> (torch attribute, size in bytes). The float8 and
+# unsigned types that a torch build lacks are left out at load time.
+DTYPES: Dict[str, Tuple[str, int]] = {
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+    "U64": ("uint64", 8),
+    "U32": ("uint32", 4),
+    "U16": ("uint16", 2),
+    "C64": ("complex64", 8),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
+    "F8_E4M3FNUZ": ("float8_e4m3fnuz", 1),
+    "F8_E5M2FNUZ": ("float8_e5m2fnuz", 1),
+}
+
+
+@dataclass
+class LoadStats:
+    """How load_safetensors read a checkpoint (return_stats=True)."""
+
+    method: str = ""  # "ioctl" (S3GDS_IOC_READ) or "posix" (read(2))
+    reason: str = ""  # why that method
+    device: str = ""
+    files: List[str] = field(default_factory=list)  # the safetensors files, in load order
+    header_reads: int = 0  # pread calls for the headers, all files
+    header_bytes: int = 0  # bytes of length prefixes and headers
+    data_bytes: int = 0  # bytes of tensor data landed
+    allocation_bytes: int = 0  # size of the one allocation (shards are 256-byte aligned in it)
+    data_reads: int = 0  # ioctls, or pread calls, for the data
+    transports: Dict[str, int] = field(default_factory=dict)  # ioctl bytes by transport ("http", "rdma")
+    declines: Dict[str, int] = field(default_factory=dict)  # RDMA decline reasons, by count
+    copied: List[str] = field(default_factory=list)  # tensors copied out of the allocation (misaligned)
+    metadata: Dict[str, Dict[str, str]] = field(default_factory=dict)  # each file's __metadata__
+    seconds: float = 0.0
+
+
+@dataclass
+class _Entry:
+    name: str
+    dtype: str
+    shape: List[int]
+    begin: int
+    end: int
+
+
+@dataclass
+class _File:
+    path: str
+    size: int
+    data_start: int  # 8 + header length
+    data_len: int  # bytes of the data section the tensors use
+    entries: List[_Entry]
+    metadata: Dict[str, str]
+    base: int = 0  # where its data goes in the allocation
+
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def load_safetensors(path: PathLike, device: Any = "cpu", *, method: str = "auto",
+                     return_stats: bool = False) -> Any:
+    """The tensors of a safetensors file, or of every shard a ``*.index.json`` names.
+
+    device: where the tensors go ("cpu", "cuda:0", a torch.device).
+    method: "auto" (S3GDS_IOC_READ where the mount and device allow it,
+    otherwise read(2)), "ioctl" (ValueError when it is not possible) or
+    "posix". return_stats: also return a LoadStats, as (tensors, stats).
+    """
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("s3gds.load_safetensors needs PyTorch: pip install torch "
+                          "(or pip install 's3gds[torch]')") from e
+
+    start = time.perf_counter()
+    path = os.fspath(path)
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    stats = LoadStats(device=str(dev))
+
+    if path.endswith(".json"):
+        shard_paths, weight_map = _read_index(path)
+    else:
+        shard_paths, weight_map = [path], None
+
+    files: List[_File] = []
+    for p in shard_paths:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            f, reads, header_bytes = _read_header(p, fd)
+        finally:
+            os.close(fd)
+        stats.header_reads += reads
+        stats.header_bytes += header_bytes
+        files.append(f)
+        stats.files.append(p)
+        if f.metadata:
+            stats.metadata[p] = f.metadata
+    if weight_map is not None:
+        _check_index(path, weight_map, files)
+    seen: Dict[str, str] = {}
+    for f in files:
+        for e in f.entries:
+            if e.name in seen:
+                raise ValueError(f"tensor {e.name!r} is in both {seen[e.name]} and {f.path}")
+            seen[e.name] = f.path
+
+    total = 0
+    for f in files:
+        f.base = total
+        total += -(-f.data_len // SHARD_ALIGN) * SHARD_ALIGN
+    stats.data_bytes = sum(f.data_len for f in files)
+    stats.allocation_bytes = total
+
+    choice = _landing.choose(files[0].path, dev, method)
+    for f in files[1:]:
+        other = _landing.choose(f.path, dev, method)
+        if other.kind != choice.kind:  # one shard on s3gdsfs, another not: all through read(2)
+            choice = _landing.Choice("posix", "posix",
+                                     f"the shards are on different file systems: {other.reason}")
+            break
+    stats.method, stats.reason = choice.method, choice.reason
+
+    alloc = _landing.Allocation(total, dev, choice)
+    for f in files:
+        if f.data_len == 0:
+            continue
+        fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if choice.method == "ioctl":
+                res = alloc.land_ioctl(f.path, fd, f.data_start, f.data_len, f.base)
+                stats.data_reads += 1
+                if res.http_bytes:
+                    stats.transports["http"] = stats.transports.get("http", 0) + res.http_bytes
+                if res.rdma_bytes:
+                    stats.transports["rdma"] = stats.transports.get("rdma", 0) + res.rdma_bytes
+                if res.decline_reason:
+                    stats.declines[res.decline_reason] = stats.declines.get(res.decline_reason, 0) + 1
+            else:
+                stats.data_reads += alloc.land_posix(f.path, fd, f.data_start, f.data_len, f.base)
+        finally:
+            os.close(fd)
+    buf = alloc.finish()
+
+    tensors: Dict[str, "torch.Tensor"] = {}
+    for f in files:
+        for e in f.entries:
+            tensors[e.name] = _tensor(buf, f.base + e.begin, f.base + e.end, e, stats)
+    stats.seconds = time.perf_counter() - start
+    log.info("s3gds.load_safetensors %s: %d tensors, %d bytes in %d file(s) to %s by %s (%s), "
+             "%d copied for alignment, %.3f s", path, len(tensors), stats.data_bytes, len(files),
+             stats.device, stats.method, stats.reason, len(stats.copied), stats.seconds)
+    if return_stats:
+        return tensors, stats
+    return tensors
+
+
+def _tensor(buf: "torch.Tensor", begin: int, end: int, e: _Entry, stats: LoadStats) -> "torch.Tensor":
+    import torch
+
+    dtype = getattr(torch, DTYPES[e.dtype][0])
+    size = DTYPES[e.dtype][1]
+    raw = buf[begin:end]
+    if begin % size == 0:
+        return raw.view(dtype).view(e.shape)
+    # A view of k-byte elements must start at a multiple of k: copy this one.
+    stats.copied.append(e.name)
+    out = torch.empty(e.shape, dtype=dtype, device=buf.device)
+    out.view(-1).view(torch.uint8).copy_(raw)
+    return out
+
+
+def _read_header(path: str, fd: int) -> Tuple[_File, int, int]:
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, HEADER_READ, 0)
+    reads = 1
+    if len(head) < 8:
+        raise ValueError(f"{path}: truncated header: the file has {len(head)} bytes, fewer than "
+                         "the 8 of the header length")
+    (n,) = struct.unpack("<Q", head[:8])
+    if n > size - 8:
+        raise ValueError(f"{path}: header length {n} runs past the end of the file "
+                         f"({size} bytes, so at most {size - 8})")
+    if n > MAX_HEADER:
+        raise ValueError(f"{path}: header length {n} is over the {MAX_HEADER} bytes safetensors allows")
+    while len(head) < 8 + n:
+        more = os.pread(fd, 8 + n - len(head), len(head))
+        reads += 1
+        if not more:
+            raise ValueError(f"{path}: truncated header: end of file at byte {len(head)}, "
+                             f"the header runs to byte {8 + n}")
+        head += more
+    raw = head[8:8 + n]
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: the header ({n} bytes) is not UTF-8 JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the header is a JSON {type(header).__name__}, not an object")
+
+    data_start = 8 + n
+    data_size = size - data_start
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ValueError(f"{path}: __metadata__ must map strings to strings")
+    entries = [_entry(path, name, info, data_size) for name, info in header.items()]
+    data_len = max((e.end for e in entries), default=0)
+    return _File(path, size, data_start, data_len, entries, metadata), reads, 8 + n
+
+
+def _entry(path: str, name: str, info: Any, data_size: int) -> _Entry:
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict):
+        raise ValueError(f"{where}: its entry is not an object")
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in info:
+            raise ValueError(f"{where}: no {key!r}")
+    dtype = info["dtype"]
+    if dtype not in DTYPES:
+        raise ValueError(f"{where}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    import torch
+
+    if not hasattr(torch, DTYPES[dtype][0]):
+        raise ValueError(f"{where}: dtype {dtype} needs torch.{DTYPES[dtype][0]}, "
+                         f"which torch {torch.__version__} lacks")
+    shape = info["shape"]
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+    offsets = info["data_offsets"]
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(type(o) is int and o >= 0 for o in offsets)):
+        raise ValueError(f"{where}: data_offsets {offsets!r} is not [begin, end]")
+    begin, end = offsets
+    if begin > end:
+        raise ValueError(f"{where}: data_offsets {offsets} begin after they end")
+    if end > data_size:
+        raise ValueError(f"{where}: data_offsets {offsets} run past the data section's "
+                         f"{data_size} bytes")
+    numel = 1
+    for d in shape:
+        numel *= d
+    if (end - begin) != numel * DTYPES[dtype][1]:
+        raise ValueError(f"{where}: data_offsets {offsets} hold {end - begin} bytes, but shape "
+                         f"{shape} of {dtype} needs {numel * DTYPES[dtype][1]}")
+    return _Entry(name, dtype, shape, begin, end)
+
+
+def _read_index(path: str) -> Tuple[List[str], Dict[str, str]]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        index = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{path}: not a JSON index: {e}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{path}: no 'weight_map' object naming each tensor's shard")
+    base = os.path.dirname(path)
+    shards: List[str] = []
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or os.path.isabs(shard) or ".." in shard.split("/"):
+            raise ValueError(f"{path}: weight_map[{name!r}] = {shard!r} is not a file beside the index")
+        p = os.path.join(base, shard)
+        if p not in shards:
+            shards.append(p)
+    return shards, {k: os.path.join(base, v) for k, v in weight_map.items()}
+
+
+def _check_index(path: str, weight_map: Dict[str, str], files: List[_File]) -> None:
+    for f in files:
+        names = {e.name for e in f.entries}
+        wanted = {k for k, v in weight_map.items() if v == f.path}
+        missing = sorted(wanted - names)
+        if missing:
+            raise ValueError(f"{path}: weight_map puts tensor {missing[0]!r} in {f.path}, "
+                             f"which does not hold it ({len(missing)} missing)")
+        extra = sorted(names - set(weight_map))
+        if extra:
+            raise ValueError(f"{path}: {f.path} holds tensor {extra[0]!r}, which weight_map "
+                             "does not name")
+        misplaced = sorted(n for n in names & set(weight_map) if weight_map[n] != f.path)
+        if misplaced:
+            raise ValueError(f"{path}: {f.path} holds tensor {misplaced[0]!r}, which weight_map "
+                             f"puts in {weight_map[misplaced[0]]}")

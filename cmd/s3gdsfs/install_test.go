@@ -529,3 +529,30 @@ func processesNaming(arg string) []int {
 	}
 	return pids
 }
+
+// `s3gdsfs mount --foreground=false` goes to the background as the helper
+// form does: the child runs the mount command again, not the helper form.
+func TestMountCommandInTheBackground(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "a.txt", []byte("background\n"))
+	mp := t.TempDir()
+	r := runCLI(t, credsEnv(srv), "mount", "--foreground=false", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp)
+	if r.code != 0 {
+		t.Fatalf("mount --foreground=false: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Cleanup(func() {
+		syscall.Unmount(mp, syscall.MNT_DETACH)
+		for _, pid := range processesNaming(mp) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if got, err := os.ReadFile(filepath.Join(mp, "a.txt")); err != nil || string(got) != "background\n" {
+		t.Fatalf("read: %q %v", got, err)
+	}
+	if err := syscall.Unmount(mp, 0); err != nil {
+		t.Fatalf("umount: %v", err)
+	}
+	waitFor(t, "the daemon's exit after umount", func() bool { return len(processesNaming(mp)) == 0 })
+}

@@ -104,7 +104,8 @@ func usage() {
   s3gdsfs demo [--once] [--mountpoint DIR]
   s3gdsfs stats PATH        (capabilities and counters of a mount, or of a file on it)
   s3gdsfs version
-  s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab)
+  s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab;
+                                               mount(8) runs it as /sbin/mount.fuse.s3gdsfs)
 
 's3gdsfs mount --help' lists the flags; README.md and docs/operations.md explain them.
 `)

@@ -317,12 +317,13 @@ func TestInstallAndMountAsFstabDoes(t *testing.T) {
 	// in a private mount namespace where the installed directories are
 	// bound over /usr/local/bin and /usr/sbin, as if installed there;
 	// the reads and umount(8) run in it too.
-	if out, err := toolOutput(env, "unshare", "--mount", "--propagation", "private", "true"); err != nil {
-		t.Skipf("no private mount namespace for mount(8) (unshare --mount: %v: %s)", err, out)
-	}
+	nsOut, nsErr := toolOutput(env, "unshare", "--mount", "--propagation", "private", "true")
 	fstab := filepath.Join(tmp, "fstab")
 	script := func(t *testing.T, mp, bindFrom, bindOver, body string) string {
 		t.Helper()
+		if nsErr != nil {
+			t.Skipf("no private mount namespace to run mount(8) in (unshare --mount: %v: %s)", nsErr, nsOut)
+		}
 		sh := "set -eu\nmount --bind " + bindFrom + " " + bindOver + "\n" + body
 		out, err := toolOutput(append(env, "MP="+mp, "FSTAB="+fstab), "unshare", "--mount", "--propagation", "private", "bash", "-c", sh)
 		if err != nil {

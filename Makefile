@@ -59,6 +59,73 @@ preload:
 test-preload: deps preload
 	$(GO) test -count=1 -v ./cufile-preload
 
+# install: the binary, the mount helper mount(8) runs for type
+# fuse.s3gdsfs, the Python client, the example systemd units and the docs
+# (docs/operations.md, "Installing"). DESTDIR stages the whole tree.
+#   PREFIX=/usr/local  BINDIR=$(PREFIX)/bin  DOCDIR=$(PREFIX)/share/doc/s3gdsfs
+#   SBINDIR=/sbin: mount(8) looks for mount.<type> only in /sbin (and
+#     /sbin/fs.d, /sbin/fs), whatever the prefix.
+#   UNITDIR=$(PREFIX)/lib/systemd/system: s3gdsfs@.service, on systemd's path.
+#   INSTALL_PYTHON=no skips the Python client; PYTHON and PIP_FLAGS choose
+#     the interpreter and pip's flags (on Debian's own python3, outside a
+#     virtual environment, pip wants PIP_FLAGS=--break-system-packages).
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+SBINDIR ?= /sbin
+DOCDIR  ?= $(PREFIX)/share/doc/s3gdsfs
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+LIBDIR  ?= $(PREFIX)/lib
+INSTALL_PYTHON ?= yes
+PYTHON    ?= python3
+PIP_FLAGS ?=
+PY_PROJECT := client/python/pyproject.toml
+# The units name the binary by its installed path.
+UNITS := contrib/systemd/s3gdsfs@.service
+UNIT_EXAMPLES := contrib/systemd/mnt-data.mount contrib/systemd/s3gdsfs-example.env
+DOCS := README.md docs/operations.md
+
+.PHONY: install uninstall
+install: build preload
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(SBINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)/examples" "$(DESTDIR)$(LIBDIR)"
+	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/s3gdsfs"
+	install -m 0755 $(PRELOAD_LIB) "$(DESTDIR)$(LIBDIR)/libs3gdsfs_cufile.so"
+	ln -sfn "$(BINDIR)/s3gdsfs" "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"
+	for u in $(UNITS); do \
+		sed 's|/usr/local/bin/s3gdsfs|$(BINDIR)/s3gdsfs|g; s|/usr/local/share/doc/s3gdsfs|$(DOCDIR)|g' $$u > "$(DESTDIR)$(UNITDIR)/$$(basename $$u)" && \
+		chmod 0644 "$(DESTDIR)$(UNITDIR)/$$(basename $$u)" || exit 1; \
+	done
+	for f in $(UNIT_EXAMPLES); do \
+		sed 's|/usr/local/bin/s3gdsfs|$(BINDIR)/s3gdsfs|g' $$f > "$(DESTDIR)$(DOCDIR)/examples/$$(basename $$f)" || exit 1; \
+	done
+	install -m 0644 $(DOCS) "$(DESTDIR)$(DOCDIR)/"
+	@if [ "$(INSTALL_PYTHON)" != yes ]; then \
+		echo "install: the Python client skipped (INSTALL_PYTHON=$(INSTALL_PYTHON))"; \
+	elif [ ! -f $(PY_PROJECT) ]; then \
+		echo "install: the Python client skipped: no $(PY_PROJECT) yet"; \
+	else \
+		root=; [ -z "$(DESTDIR)" ] || root="--root $(DESTDIR)"; \
+		echo "$(PYTHON) -m pip install $(PIP_FLAGS) $$root ./client/python"; \
+		$(PYTHON) -m pip install $(PIP_FLAGS) $$root ./client/python; \
+	fi
+	@echo "installed $(DESTDIR)$(BINDIR)/s3gdsfs and the mount helper $(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"
+
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/s3gdsfs" "$(DESTDIR)$(LIBDIR)/libs3gdsfs_cufile.so"
+	if [ -L "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs" ]; then rm -f "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"; fi
+	rm -f $(foreach u,$(UNITS),"$(DESTDIR)$(UNITDIR)/$(notdir $(u))")
+	rm -f $(foreach f,$(DOCS),"$(DESTDIR)$(DOCDIR)/$(notdir $(f))") $(foreach f,$(UNIT_EXAMPLES),"$(DESTDIR)$(DOCDIR)/examples/$(notdir $(f))")
+	rmdir "$(DESTDIR)$(DOCDIR)/examples" "$(DESTDIR)$(DOCDIR)" 2>/dev/null || true
+	@if [ "$(INSTALL_PYTHON)" != yes ] || [ ! -f $(PY_PROJECT) ]; then \
+		echo "uninstall: the Python client left alone"; \
+	elif [ -n "$(DESTDIR)" ]; then \
+		echo "uninstall: the Python client left alone under DESTDIR (pip uninstalls only from the live system)"; \
+	else \
+		name=$$(sed -n 's/^name *= *["'"'"']\([^"'"'"']*\)["'"'"'].*/\1/p' $(PY_PROJECT) | head -1); \
+		if [ -z "$$name" ]; then echo "uninstall: no project name in $(PY_PROJECT)"; exit 1; fi; \
+		echo "$(PYTHON) -m pip uninstall -y $(PIP_FLAGS) $$name"; \
+		$(PYTHON) -m pip uninstall -y $(PIP_FLAGS) $$name; \
+	fi
+
 # A static, stripped binary to copy onto other machines.
 build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_BIN) ./cmd/s3gdsfs

@@ -7,8 +7,10 @@
 //	s3gdsfs version
 //
 // As a mount helper (fstab type fuse.s3gdsfs) it is called as
-// "s3gdsfs SOURCE MOUNTPOINT -o options" and goes to the background once the
-// mount is ready.
+// "s3gdsfs SOURCE MOUNTPOINT -o options" by mount.fuse3, or as
+// "mount.fuse.s3gdsfs SOURCE MOUNTPOINT [-sfnv] -o options" by mount(8)
+// itself (the name make install links to it), and goes to the background
+// once the mount is ready.
 package main
 
 import (
@@ -16,7 +18,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 )
 
 // exit codes: 2 for bad usage, 1 for everything that failed at run time.
@@ -26,7 +30,18 @@ const (
 )
 
 func main() {
+	if helperName(os.Args[0]) {
+		os.Exit(exitCode(runMount(os.Args[1:], true)))
+	}
 	os.Exit(run(os.Args[1:]))
+}
+
+// helperName says whether the program was called by a mount helper's name:
+// mount(8) runs /sbin/mount.fuse.s3gdsfs (make install links it to the
+// binary) for type fuse.s3gdsfs, with the helper form's arguments only.
+func helperName(argv0 string) bool {
+	base := filepath.Base(argv0)
+	return strings.HasPrefix(base, "mount.fuse.s3gdsfs") || strings.HasPrefix(base, "mount.s3gdsfs")
 }
 
 func run(args []string) int {
@@ -49,8 +64,9 @@ func run(args []string) int {
 		usage()
 		return 0
 	default:
-		// The mount helper form: s3gdsfs SOURCE MOUNTPOINT -o opts.
-		if len(args) >= 2 && args[0] != "" && args[0][0] != '-' {
+		// The mount helper form: s3gdsfs SOURCE MOUNTPOINT -o opts. SOURCE
+		// is empty where fstab's type is fuse and its source s3gdsfs#.
+		if len(args) >= 2 && (args[0] == "" || args[0][0] != '-') {
 			err = runMount(args, true)
 			break
 		}
@@ -58,6 +74,11 @@ func run(args []string) int {
 		usage()
 		return exitUsage
 	}
+	return exitCode(err)
+}
+
+// exitCode reports err on stderr and returns the exit status for it.
+func exitCode(err error) int {
 	var ue usageError
 	switch {
 	case err == nil:
@@ -83,7 +104,8 @@ func usage() {
   s3gdsfs demo [--once] [--mountpoint DIR]
   s3gdsfs stats PATH        (capabilities and counters of a mount, or of a file on it)
   s3gdsfs version
-  s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab)
+  s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab;
+                                               mount(8) runs it as /sbin/mount.fuse.s3gdsfs)
 
 's3gdsfs mount --help' lists the flags; README.md and docs/operations.md explain them.
 `)

@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"os/user"
 	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
@@ -22,6 +25,7 @@ import (
 // -o name=value (fstab).
 type mountFlags struct {
 	endpoint, bucket, region, caBundle string
+	credentialsFile, profile           string
 	virtualHost                        bool
 	uid, gid                           uint
 	fileMode, dirMode                  modeFlag
@@ -58,14 +62,70 @@ func envOr(name, def string) string {
 	return def
 }
 
+// helperFlags are the flags mount(8) gives a mount helper besides -o:
+// "mount.fuse.s3gdsfs SOURCE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTS]
+// [-t TYPE] [-N NS]".
+type helperFlags struct {
+	sloppy bool // -s: unknown -o options are ignored, with a warning
+	fake   bool // -f: check everything, mount nothing
+}
+
+// takeHelperFlags takes mount(8)'s helper flags out of args. -n (no
+// mtab) and -v (verbose) change nothing; -t must name this filesystem.
+func takeHelperFlags(args []string) ([]string, helperFlags, error) {
+	var h helperFlags
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "--":
+			return append(rest, args[i:]...), h, nil
+		case "-o":
+			rest = append(rest, args[i:min(i+2, len(args))]...)
+			i++
+		case "-s":
+			h.sloppy = true
+		case "-f":
+			h.fake = true
+		case "-n", "-v":
+		case "-t":
+			if i+1 >= len(args) {
+				return nil, h, usagef("-t needs the filesystem type after it (fuse.s3gdsfs)")
+			}
+			i++
+			if t := args[i]; t != "fuse.s3gdsfs" && t != "s3gdsfs" && t != "fuse" {
+				return nil, h, usagef("-t %s: this helper mounts type fuse.s3gdsfs", t)
+			}
+		case "-N":
+			return nil, h, usagef("-N (mount --namespace) is not supported; run the mount inside the namespace")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return rest, h, nil
+}
+
 // parseMountArgs reads flags and positional arguments in any order, and
-// -o key=value,... options, which are applied after the flags.
+// -o key=value,... options, which are applied after the flags. In the
+// helper form the first positional argument is the source.
 func parseMountArgs(args []string, helperForm bool) (mountFlags, []string, error) {
+	mf, positional, _, err := parseMountCommand(args, helperForm)
+	return mf, positional, err
+}
+
+func parseMountCommand(args []string, helperForm bool) (mountFlags, []string, helperFlags, error) {
 	var mf mountFlags
+	var h helperFlags
 	s := newOptionSet(&mf)
+	if helperForm {
+		var err error
+		if args, h, err = takeHelperFlags(args); err != nil {
+			return mf, nil, h, err
+		}
+		s.sloppy = h.sloppy
+	}
 	positional, lists, err := s.parse(args, os.Stdout)
 	if err != nil {
-		return mf, nil, err
+		return mf, nil, h, err
 	}
 	if helperForm {
 		// mount.fuse3 runs "s3gdsfs SOURCE MOUNTPOINT -o opts"; SOURCE may
@@ -74,19 +134,19 @@ func parseMountArgs(args []string, helperForm bool) (mountFlags, []string, error
 	}
 	for _, l := range lists {
 		if err := s.applyList(l); err != nil {
-			return mf, nil, err
+			return mf, nil, h, err
 		}
 	}
 	if err := s.settle(); err != nil {
-		return mf, nil, err
+		return mf, nil, h, err
 	}
 	if helperForm && len(positional) == 2 {
-		if src := positional[0]; src != "s3gdsfs" && src != "none" && mf.bucket == "" {
+		if src := positional[0]; src != "" && src != "s3gdsfs" && src != "none" && mf.bucket == "" {
 			mf.bucket = src
 		}
 		positional = positional[1:]
 	}
-	return mf, positional, nil
+	return mf, positional, h, nil
 }
 
 func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config, error) {
@@ -142,6 +202,13 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if metrics == "off" {
 		metrics = ""
 	}
+	var creds *credentials.Credentials // nil: the standard chain
+	if mf.credentialsFile != "" {
+		var err error
+		if creds, err = credentialsFromFile(mf.credentialsFile, mf.profile); err != nil {
+			return daemon.Config{}, err
+		}
+	}
 	return daemon.Config{
 		Mountpoint: mountpoint,
 		S3: daemon.S3Config{
@@ -149,6 +216,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Region:         mf.region,
 			CABundle:       mf.caBundle,
 			VirtualHost:    mf.virtualHost,
+			Credentials:    creds,
 			ConnectTimeout: mf.connectTimeout,
 			// Lookups and listings wait no longer for a reply than reads
 			// wait for their bytes.
@@ -312,11 +380,21 @@ func raisePipeLimitAndRestart(log *slog.Logger, childFollows bool) error {
 const readyFDEnv = "S3GDSFS_READY_FD"
 
 func runMount(args []string, helperForm bool) error {
-	mf, positional, err := parseMountArgs(args, helperForm)
+	if helperForm && os.Getenv("HOME") == "" {
+		// mount(8) at boot has no HOME; ~/.aws/credentials is the
+		// caller's, as mount.fuse3 makes it.
+		if u, err := user.Current(); err == nil && u.HomeDir != "" {
+			os.Setenv("HOME", u.HomeDir)
+		}
+	}
+	mf, positional, h, err := parseMountCommand(args, helperForm)
 	if err != nil {
 		return err
 	}
 	if len(positional) != 1 {
+		if helperForm {
+			return usagef("want SOURCE MOUNTPOINT -o OPTIONS, got %d arguments besides the options: %q", len(positional)+1, append([]string{"SOURCE"}, positional...))
+		}
 		return usagef("want exactly one MOUNTPOINT after the flags, got %d arguments: %q", len(positional), positional)
 	}
 	mountpoint := positional[0]
@@ -328,11 +406,14 @@ func runMount(args []string, helperForm bool) error {
 	if err != nil {
 		return err
 	}
+	if h.fake {
+		return nil // mount -f: the options are good; mount nothing
+	}
 	if err := raisePipeLimit(&mf, log); err != nil {
 		return err
 	}
 	if !mf.foreground && os.Getenv(readyFDEnv) == "" {
-		return startInBackground(args)
+		return startInBackground(args, helperForm)
 	}
 	d, err := daemon.Start(cfg)
 	ready := readyPipe()
@@ -350,6 +431,8 @@ func runMount(args []string, helperForm bool) error {
 	if ready != nil {
 		fmt.Fprintln(ready, "ok")
 		ready.Close()
+	} else if err := sdNotify("READY=1\nSTATUS=mounted " + mountpoint); err != nil {
+		log.Warn("could not tell systemd the mount is ready ($NOTIFY_SOCKET)", "err", err)
 	}
 	return serveUntilSignal(d, log)
 }
@@ -371,6 +454,7 @@ func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 		return nil
 	case s := <-sigs:
 		log.Info("unmounting", "signal", s.String(), "open_files", d.OpenFiles())
+		sdNotify("STOPPING=1")
 	}
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- d.Unmount() }()
@@ -426,7 +510,7 @@ func readyPipe() *os.File {
 
 // startInBackground re-runs the command detached from the terminal and
 // returns once the child reports the mount ready, or its error.
-func startInBackground(args []string) error {
+func startInBackground(args []string, helperForm bool) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -435,7 +519,15 @@ func startInBackground(args []string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe, args...)
+	var cmd *exec.Cmd
+	if helperForm {
+		// The child reads args as the helper form whatever SOURCE is
+		// (a bucket may be named like a subcommand).
+		cmd = exec.Command(exe, args...)
+		cmd.Args[0] = "mount.fuse.s3gdsfs"
+	} else {
+		cmd = exec.Command(exe, append([]string{"mount"}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), readyFDEnv+"=3")
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

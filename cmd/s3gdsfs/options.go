@@ -78,6 +78,10 @@ func mountOptions(mf *mountFlags) []option {
 			help: "S3 region"},
 		{name: "ca-bundle", group: groupStore, arg: "FILE", value: newString(&mf.caBundle, os.Getenv("AWS_CA_BUNDLE")), def: "`$AWS_CA_BUNDLE`, else none",
 			help: "PEM file of CA certificates trusted beside the system store, for https endpoints"},
+		{name: "credentials-file", group: groupStore, arg: "FILE", value: newString(&mf.credentialsFile, ""), def: "the standard chain",
+			help: "AWS shared-credentials file to take the keys from, for fstab and systemd; mode 0600, owned by the mounting user or root (docs/operations.md)"},
+		{name: "profile", group: groupStore, arg: "NAME", value: newString(&mf.profile, envOr("AWS_PROFILE", "default")), def: "`$AWS_PROFILE`, else `default`",
+			help: "profile of `--credentials-file` to read"},
 		{name: "virtual-host", group: groupStore, value: newBool(&mf.virtualHost, false), bare: "true",
 			help: "virtual-hosted-style addressing (`bucket.host`) instead of path-style"},
 
@@ -192,6 +196,9 @@ type optionSet struct {
 	flags map[string]*option
 	opts  map[string]*option // keys with dashes
 	given map[string]bool    // options set by a flag or -o, by name
+	// sloppy is mount -s: an unknown -o option is ignored with a
+	// warning instead of failing the mount.
+	sloppy bool
 }
 
 func newOptionSet(mf *mountFlags) *optionSet {
@@ -282,6 +289,9 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 // enough); given, it must fit in it.
 func (s *optionSet) settle() error {
 	mf := s.mf
+	if s.given["profile"] && mf.credentialsFile == "" {
+		return usagef("--profile %s: only with --credentials-file (the standard chain takes the profile from $AWS_PROFILE)", mf.profile)
+	}
 	if !s.given["cache-size"] {
 		if s.given["memory-limit"] {
 			mf.cacheSize = mf.memoryLimit / 2
@@ -299,14 +309,25 @@ func (s *optionSet) settle() error {
 	return nil
 }
 
-// fstabNoise are options mount(8) and systemd pass that mean nothing here.
-// "rw" is among them because mount(8) adds it by default; the mount is
-// read-only whatever it says.
+// fstabNoise are options mount(8), mount.fuse3 and systemd pass that mean
+// nothing here (mount.fuse3 adds dev and suid unless nodev and nosuid are
+// given). "rw" is among them because mount(8) adds it by default; the
+// mount is read-only whatever it says. Options starting x- or X-
+// (x-systemd.automount, x-systemd.requires=...) and comment= are ignored
+// too.
 var fstabNoise = map[string]bool{
 	"defaults": true, "rw": true, "ro": true, "auto": true, "noauto": true, "user": true, "nouser": true,
-	"users": true, "nofail": true, "_netdev": true, "exec": true, "noexec": true, "suid": true,
-	"nosuid": true, "dev": true, "nodev": true, "async": true, "atime": true, "noatime": true,
-	"relatime": true, "nodiratime": true,
+	"users": true, "owner": true, "group": true, "nofail": true, "_netdev": true, "exec": true, "noexec": true,
+	"suid": true, "nosuid": true, "dev": true, "nodev": true, "sync": true, "async": true, "dirsync": true,
+	"atime": true, "noatime": true, "relatime": true, "norelatime": true, "strictatime": true,
+	"nostrictatime": true, "lazytime": true, "nolazytime": true, "nodiratime": true, "diratime": true,
+	"silent": true, "loud": true,
+}
+
+// ignoredOption says whether an -o option is one of fstab's and systemd's
+// that mean nothing to this filesystem.
+func ignoredOption(kv string) bool {
+	return kv == "" || fstabNoise[kv] || strings.HasPrefix(kv, "x-") || strings.HasPrefix(kv, "X-") || strings.HasPrefix(kv, "comment=")
 }
 
 // applyList applies one -o list: key=value or key alone for an option
@@ -314,11 +335,15 @@ var fstabNoise = map[string]bool{
 func (s *optionSet) applyList(list string) error {
 	for _, kv := range strings.Split(list, ",") {
 		kv = strings.TrimSpace(kv)
-		if kv == "" || fstabNoise[kv] || strings.HasPrefix(kv, "x-") || strings.HasPrefix(kv, "comment=") {
+		if ignoredOption(kv) {
 			continue
 		}
 		key, value, hasValue := strings.Cut(kv, "=")
 		o := s.opts[strings.ReplaceAll(key, "_", "-")]
+		if o == nil && s.sloppy {
+			fmt.Fprintf(os.Stderr, "s3gdsfs: -o %s: unknown option, ignored (mount -s)\n", kv)
+			continue
+		}
 		if o == nil {
 			return usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", kv)
 		}

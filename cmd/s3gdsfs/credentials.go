@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// credentialsFromFile reads the keys of one profile of an AWS
+// shared-credentials file (--credentials-file), for mounts that have no
+// login environment (fstab, systemd):
+//
+//	[default]
+//	aws_access_key_id = AKIA...
+//	aws_secret_access_key = ...
+//	aws_session_token = ...      (optional)
+//
+// The file must be a regular file owned by the caller (or root) that
+// neither group nor others may read or write, as ssh asks of its keys: a
+// key readable by others is refused rather than used. Only static keys are
+// read (no credential_process, no SSO), once, when the mount starts.
+// Errors name the option and the file; they never quote a key.
+func credentialsFromFile(path, profile string) (*credentials.Credentials, error) {
+	bad := func(format string, a ...any) error {
+		return usagef("--credentials-file %s: %s", path, fmt.Sprintf(format, a...))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, bad("%v", unwrapPathError(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, bad("%v", unwrapPathError(err))
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, bad("not a regular file")
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, bad("mode %04o lets group or others at the keys; chmod 600 %s", perm, path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if euid := uint32(os.Geteuid()); st.Uid != euid && st.Uid != 0 {
+			return nil, bad("owned by uid %d, not by the mounting user (uid %d) or root; chown it", st.Uid, euid)
+		}
+	}
+	keys, found, err := readProfile(f, profile)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if !found {
+		return nil, bad("no [%s] profile (--profile names another)", profile)
+	}
+	id, secret := keys["aws_access_key_id"], keys["aws_secret_access_key"]
+	if id == "" || secret == "" {
+		return nil, bad("profile [%s] needs both aws_access_key_id and aws_secret_access_key", profile)
+	}
+	return credentials.NewStaticV4(id, secret, keys["aws_session_token"]), nil
+}
+
+func unwrapPathError(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// readProfile returns the keys of one [profile] section of an INI file:
+// "key = value" lines, '#' and ';' comments; "[profile NAME]" is also
+// read as NAME, as the AWS config file writes it.
+func readProfile(f *os.File, profile string) (map[string]string, bool, error) {
+	keys := map[string]string{}
+	found, in := false, false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || line[0] == '#' || line[0] == ';':
+			continue
+		case line[0] == '[':
+			if !strings.HasSuffix(line, "]") {
+				return nil, false, fmt.Errorf("line %d: a section header without its ']'", n)
+			}
+			name := strings.TrimSpace(line[1 : len(line)-1])
+			name = strings.TrimSpace(strings.TrimPrefix(name, "profile "))
+			in = name == profile
+			found = found || in
+			continue
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, false, fmt.Errorf("line %d: neither [section] nor key = value", n)
+		}
+		if in {
+			keys[strings.ToLower(strings.TrimSpace(key))] = strings.TrimSpace(value)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, false, err
+	}
+	return keys, found, nil
+}

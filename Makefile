@@ -130,15 +130,16 @@ uninstall:
 build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_BIN) ./cmd/s3gdsfs
 
-# gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load and versitygw
-# in .dev/gpu, for scripts/gpu/run.sh on a GPU machine that has no Go.
+# gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load and versitygw,
+# and the cuFile library, in .dev/gpu, for scripts/gpu/run.sh on a GPU machine that has no Go.
 GPU_BUNDLE := .dev/gpu
 gpu-bundle:
 	mkdir -p $(GPU_BUNDLE)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3load ./bench/s3load
 	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
-	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw; do xz -6 -T0 -f $$f; done
+	$(MAKE) preload && cp $(PRELOAD_LIB) $(GPU_BUNDLE)/
+	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw libs3gdsfs_cufile.so; do xz -6 -T0 -f $$f; done
 	@ls -la $(GPU_BUNDLE)
 
 # posix-bundle: the POSIX benchmark for a machine with more cores and no Go

@@ -182,23 +182,19 @@ def load_safetensors(path: PathLike, device: Any = "cpu", *, method: str = "auto
     stats.method, stats.reason = choice.method, choice.reason
 
     alloc = _landing.Allocation(total, dev, choice)
-    for f in files:
-        if f.data_len == 0:
-            continue
-        fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            if choice.method == "ioctl":
-                res = alloc.land_ioctl(f.path, fd, f.data_start, f.data_len, f.base)
-                stats.data_reads += 1
-                if res.http_bytes:
-                    stats.transports["http"] = stats.transports.get("http", 0) + res.http_bytes
-                if res.rdma_bytes:
-                    stats.transports["rdma"] = stats.transports.get("rdma", 0) + res.rdma_bytes
-                if res.decline_reason:
-                    stats.declines[res.decline_reason] = stats.declines.get(res.decline_reason, 0) + 1
-            else:
-                stats.data_reads += alloc.land_posix(f.path, fd, f.data_start, f.data_len, f.base)
-        finally:
+    fds: Dict[str, int] = {}
+    try:
+        for f in files:
+            if f.data_len:
+                fds[f.path] = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
+        if choice.method == "ioctl":
+            _land_ioctl_parallel(alloc, files, fds, stats)
+        else:
+            for f in files:
+                if f.data_len:
+                    stats.data_reads += alloc.land_posix(f.path, fds[f.path], f.data_start, f.data_len, f.base)
+    finally:
+        for fd in fds.values():
             os.close(fd)
     buf = alloc.finish()
 
@@ -213,6 +209,46 @@ def load_safetensors(path: PathLike, device: Any = "cpu", *, method: str = "auto
     if return_stats:
         return tensors, stats
     return tensors
+
+
+# The data sections are landed in chunks of at least CHUNK_MIN bytes, READERS
+# read calls at a time: the daemon gives each read in flight its share of its
+# GET streams, so a lone read of a whole checkpoint would use only the few
+# streams one read may take (docs/python.md).
+READERS = 16
+CHUNK_MIN = 64 << 20
+
+
+def _chunks(files: List[_File]) -> List[Tuple[_File, int, int, int]]:
+    """(file, object offset, length, allocation offset) for every chunk."""
+    total = sum(f.data_len for f in files)
+    size = max(CHUNK_MIN, -(-total // (READERS * 2)))
+    size = -(-size // SHARD_ALIGN) * SHARD_ALIGN
+    out = []
+    for f in files:
+        for done in range(0, f.data_len, size):
+            n = min(size, f.data_len - done)
+            out.append((f, f.data_start + done, n, f.base + done))
+    return out
+
+
+def _land_ioctl_parallel(alloc: Any, files: List[_File], fds: Dict[str, int], stats: LoadStats) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = _chunks(files)
+    if not chunks:
+        return
+    # fcntl.ioctl releases the GIL for the call, so threads overlap.
+    with ThreadPoolExecutor(max_workers=min(READERS, len(chunks)), thread_name_prefix="s3gds-land") as pool:
+        results = list(pool.map(lambda c: alloc.land_ioctl(c[0].path, fds[c[0].path], c[1], c[2], c[3]), chunks))
+    for res in results:
+        stats.data_reads += 1
+        if res.http_bytes:
+            stats.transports["http"] = stats.transports.get("http", 0) + res.http_bytes
+        if res.rdma_bytes:
+            stats.transports["rdma"] = stats.transports.get("rdma", 0) + res.rdma_bytes
+        if res.decline_reason:
+            stats.declines[res.decline_reason] = stats.declines.get(res.decline_reason, 0) + 1
 
 
 def _tensor(buf: "torch.Tensor", begin: int, end: int, e: _Entry, stats: LoadStats) -> "torch.Tensor":

@@ -239,3 +239,22 @@ def test_import_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=_path.PYTHON_DIR, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_mount_large_sections_land_in_parallel_chunks(mount, local, monkeypatch):
+    # Chunks of 4 KiB, 3 reads at a time: every shard's section in several
+    # reads, each landing at its own place in the one allocation.
+    from s3gds import checkpoint
+
+    monkeypatch.setattr(checkpoint, "CHUNK_MIN", 4096)
+    monkeypatch.setattr(checkpoint, "READERS", 3)
+    ref = {}
+    for shard in sorted(glob.glob(os.path.join(local, "ckpt", "sharded", "*.safetensors"))):
+        ref.update(st.load_file(shard))
+    got, stats = s3gds.load_safetensors(
+        os.path.join(mount, "ckpt", "sharded", "model.safetensors.index.json"), return_stats=True)
+    assert_same(got, ref)
+    assert stats.method == "ioctl"
+    assert stats.data_reads > 3, stats.data_reads
+    assert stats.transports["http"] == stats.data_bytes
+    assert len(one_storage(got, stats)) == 1

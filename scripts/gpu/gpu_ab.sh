@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# GPU-read variants side by side on a GPU machine (scripts/gpu/gpu_ab.py): each variant is its own
+# daemon on its own mountpoint, all mounted at once, and the trials alternate between them and raw
+# GETs, ROUNDS rounds of SECS seconds at each process count in PROCS, 256 MiB objects.
+#   VARIANTS: one per line, "NAME BUILD [mount flags...]"; BUILD is s3gdsfs (this build) or the
+#   name of a build in .dev/alt/NAME.xz; a variable assignment before NAME (X=1 NAME BUILD ...)
+#   is set in that daemon's environment.
+#   RING=N adds raw GETs into a ring of N 1 MiB buffers per worker (s3load --ring).
+# Writes ab.json and ab.txt, and the daemons' CPU profiles of round 0 in prof.tgz, under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/s3gdsfs-gpu-ab}
+SECS=${SECS:-5}; ROUNDS=${ROUNDS:-3}; PROCS=${PROCS:-1,8}
+VARIANTS=${VARIANTS:-"defaults s3gdsfs"}
+source scripts/gpu/lib.sh
+unpack_alt_builds
+start_store
+upload big- 16 $((256 << 20)) 100 > "$OUT/big.json"
+pids=(); args=(); port=9741
+while read -r line; do
+  [ -z "$line" ] && continue
+  read -ra words <<< "$line"
+  envs=(); while [[ ${words[0]} == *=* ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
+  name=${words[0]} build=${words[1]}; flags=("${words[@]:2}")
+  mkdir -p "/mnt/ab-$name"
+  env "${envs[@]}" "$BIN/$build" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:$port "${flags[@]}" \
+    "/mnt/ab-$name" > "$OUT/d-$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do mountpoint -q "/mnt/ab-$name" && break; sleep 0.1; done
+  mountpoint -q "/mnt/ab-$name" || { echo "mount $name failed"; cat "$OUT/d-$name.log"; exit 1; }
+  pids+=($pid); args+=(--variant "$name=/mnt/ab-$name=$pid=http://127.0.0.1:$port"); port=$((port + 1))
+done <<< "$VARIANTS"
+mkdir -p "$OUT/prof"
+raws=(--raw "raw=--endpoint $EP --bucket bench")
+[ -n "${RING:-}" ] && raws+=(--raw "raw-ring$RING=--endpoint $EP --bucket bench --ring $RING")
+PYTHONUNBUFFERED=1 python3 scripts/gpu/gpu_ab.py "${args[@]}" "${raws[@]}" \
+  --manifest "$OUT/big.json" --procs "$PROCS" --seconds "$SECS" --rounds "$ROUNDS" --vgw-pid "$VGW" \
+  --s3load "$BIN/s3load" --out "$OUT/ab.json" --profile-dir "$OUT/prof" 2>&1 | tee "$OUT/ab.txt"
+for p in "${pids[@]}"; do grep VmHWM /proc/$p/status; kill -INT $p; done
+wait "${pids[@]}" 2>/dev/null
+for d in /mnt/ab-*; do umount -l "$d" 2>/dev/null; done
+(cd "$OUT" && tar -czf prof.tgz prof d-*.log && rm -rf prof d-*.log)

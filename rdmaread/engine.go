@@ -55,7 +55,7 @@ type Config struct {
 // bytes a GET reads land in memory still in the CPU's cache; the ring holds
 // enough of them for every operation in flight to have its two.
 const (
-	DefaultStreams       = 4
+	DefaultStreams       = 8
 	DefaultTargetStreams = 8
 	DefaultMaxOps        = 64
 	DefaultMaxBytes      = 16 << 30

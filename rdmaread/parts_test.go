@@ -25,7 +25,7 @@ func TestPartSizeSharesTheTargetStreams(t *testing.T) {
 		{"zero reading counts as one", 8, 0, 64 * mib, 0, 16 * mib, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &Engine{cfg: Config{TargetStreams: int(tc.target), PartSize: tc.cap}}
+			e := &Engine{cfg: Config{Streams: 4, TargetStreams: int(tc.target), PartSize: tc.cap}}
 			e.cfg.applyDefaults()
 			got := e.partSize(tc.n, tc.reading)
 			if got != tc.wantPart {
@@ -35,5 +35,17 @@ func TestPartSizeSharesTheTargetStreams(t *testing.T) {
 				t.Fatalf("%d parts, want %d", parts, tc.wantPartCount)
 			}
 		})
+	}
+}
+
+// With the defaults a lone read takes the whole target as ranges: a single
+// large read (a checkpoint's one cuFileRead) is not held to fewer streams
+// than eight busy readers get together.
+func TestLoneReadTakesTheTargetByDefault(t *testing.T) {
+	e := &Engine{}
+	e.cfg.applyDefaults()
+	const n = 8 << 30
+	if got, want := (n+e.partSize(n, 1)-1)/e.partSize(n, 1), int64(e.cfg.TargetStreams); got != want {
+		t.Fatalf("a lone %d-byte read in %d parts, want %d (the target streams)", n, got, want)
 	}
 }

@@ -5,10 +5,11 @@
 #     reading it from the server, ROUNDS rounds, every tensor compared with load_file of the
 #     local copy;
 #   - torch.cuda.gds.GdsFile(...).load_storage of the checkpoint on the mount, without and with
-#     LD_PRELOAD of libs3gdsfs_cufile.so: bytes compared, the daemon's counters for the file;
+#     LD_PRELOAD of libs3gdsfs_cufile.so: bytes compared, the daemon's counters for the file
+#     (GDS_COMPARE: mount flags for one more read with the library on a mount of its own);
 #   - client/python/examples/dataset.py with 8 ranks over shards of mixed sizes: one timed epoch,
 #     then one with every file's sha256 compared with read(2)'s.
-# Needs .dev/gpu (make gpu-bundle) and, for the streamer, its wheels and boto3's in .whl.
+# MOUNT_FLAGS: flags for the mount. Needs .dev/gpu (make gpu-bundle) and, for the streamer, its wheels and boto3's in .whl.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-ml-bench}
 GB=${GB:-8}
@@ -34,7 +35,7 @@ if [ "${DATASET:-1}" = 1 ]; then
   upload shards/d- 32 $((256 << 20)) 14 > "$OUT/shards-d.json"
 fi
 
-mount_s3gdsfs s3gdsfs-ml.log
+mount_s3gdsfs s3gdsfs-ml.log ${MOUNT_FLAGS:-}
 python3 scripts/gpu/ml_bench.py checkpoint --mount $MP --key ckpt.safetensors --local $CKPT --endpoint $EP \
   --bucket bench --rounds "$ROUNDS" --readers "${READERS:-}" --others "${OTHERS:-1}" --out "$OUT/checkpoint.json" || echo "checkpoint: failed"
 if [ "${GDS:-1}" = 1 ]; then
@@ -44,6 +45,17 @@ LD_PRELOAD=$BIN/libs3gdsfs_cufile.so S3GDSFS_CUFILE_DEBUG=1 python3 scripts/gpu/
   --key ckpt.safetensors --local $CKPT --out "$OUT/gds-preload.json" 2> "$OUT/gds-preload.err" \
   || { echo "gds with the library: failed"; tail -20 "$OUT/gds-preload.err"; }
 head -c 2000 "$OUT/gds-preload.err" || true
+# GDS_COMPARE: mount flags to read the file with the library again, on a mount of its own.
+if [ -n "${GDS_COMPARE:-}" ]; then
+  unmount_s3gdsfs > /dev/null
+  # shellcheck disable=SC2086 # a list of flags
+  mount_s3gdsfs s3gdsfs-ml-compare.log $GDS_COMPARE
+  echo "GdsFile with the library, mount flags: $GDS_COMPARE (twice: the first load of a mount is slow)"
+  for i in 1 2; do
+    LD_PRELOAD=$BIN/libs3gdsfs_cufile.so python3 scripts/gpu/ml_bench.py gds --mount $MP --key ckpt.safetensors \
+      --local $CKPT --out "$OUT/gds-preload-compare-$i.json" || echo "gds with the library (compare): failed"
+  done
+fi
 fi
 
 [ "${DATASET:-1}" = 1 ] || { unmount_s3gdsfs; exit 0; }

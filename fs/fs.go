@@ -224,13 +224,28 @@ func (f *fileNode) fillAttr(a *fuse.Attr) {
 	a.SetTimes(&mt, &mt, &mt)
 }
 
-// forgetName drops the kernel's entry for the file's name after a read
-// found the object replaced (the core has dropped its own): the kernel
-// would otherwise open the old version's inode again, and fail again, until
-// the entry's TTL (--meta-ttl) ran out. The next open looks the name up and
-// gets the new version's inode. The read waits for it, so that an open
-// after the failed read already sees the new version.
-func (f *fileNode) forgetName() {
+// readErrno is the answer to a failed read of the file, POSIX or GPU
+// (the read ioctl). A read that found the object replaced (ESTALE) drops
+// what the daemon and the kernel cache about the file's name first, so
+// that an open after the failed read sees the new version.
+func (f *fileNode) readErrno(err error) syscall.Errno {
+	en := errno(err)
+	if en == syscall.ESTALE {
+		f.replaced()
+	}
+	return en
+}
+
+// replaced drops the core's entry for the file's name (a POSIX read's
+// blocks have done so already; a GPU read's engine has not) and the
+// kernel's: the kernel would otherwise open the old version's inode again,
+// with its size, and fail again, until the entry's TTL (--meta-ttl) ran
+// out. The next open looks the name up and gets the new version's inode.
+// The read waits for it, so that an open after the failed read already
+// sees the new version.
+func (f *fileNode) replaced() {
+	e := f.getEntry()
+	f.mount.core.Forget(e.Bucket, e.Key)
 	name, parent := f.Parent()
 	if parent == nil {
 		return
@@ -283,11 +298,8 @@ func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 	fh.mount.m.PosixReads.Inc()
 	fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		en := errno(err)
+		en := fh.node.readErrno(err)
 		fh.mount.m.PosixReadErrors.WithLabelValues(errnoName(en)).Inc()
-		if en == syscall.ESTALE {
-			fh.node.forgetName()
-		}
 		return nil, en
 	}
 	stats := &fh.node.stats

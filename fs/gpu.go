@@ -41,7 +41,7 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 	e := fh.node.getEntry()
 	res, err := m.callers.Read(ctx, fh, int(caller.Pid), req, e.Bucket, e.Key, fh.h.Version())
 	if err != nil {
-		en := errno(err)
+		en := fh.node.readErrno(err)
 		m.core.Logger().Debug("GPU read failed", "bucket", e.Bucket, "key", e.Key, "offset", req.Offset,
 			"length", req.Length, "device", req.Device, "pid", caller.Pid, "errno", en.Error(), "err", err)
 		return 0, m.gpuFail(en)

@@ -117,6 +117,67 @@ func TestGPUReadsLandByteExactAndAreCounted(t *testing.T) {
 	}
 }
 
+// An object replaced under a file open for GPU reads: the read ioctl fails
+// with ESTALE and, as after a POSIX read's ESTALE
+// (TestOpenAfterESTALESeesTheNewVersionAtOnce), the very next open sees the
+// new version, its size and its bytes through the ioctl, well within
+// --meta-ttl: the failed read dropped the daemon's and the kernel's entry
+// for the name.
+func TestGPUReadESTALEOpenAfterSeesTheNewVersionAtOnce(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const oldSize, newSize = 6 << 20, 3<<20 + 777
+	srv.PutRandomObject(t, "data", "sub/x.bin", oldSize, 1)
+	mp, dir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
+		c.Core.MetaTTL = time.Hour // the kernel's entry, its attributes and the core's
+	})
+	// Listed first: the cached listing must not hand the old version back.
+	if _, err := os.ReadDir(filepath.Join(mp, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mp, "sub", "x.bin")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := hostBuffer(t, dir, "buf", oldSize, 0)
+	if res, err := s3gds.Read(f, hostRequest(buf, 0, 1<<20, 0)); err != nil || res.Bytes != 1<<20 {
+		t.Fatalf("GPU read before the replacement: %+v %v", res, err)
+	}
+	newSum := srv.PutRandomObject(t, "data", "sub/x.bin", newSize, 2)
+	if _, err := s3gds.Read(f, hostRequest(buf, 2<<20, 1<<20, 0)); !errors.Is(err, unix.ESTALE) {
+		t.Fatalf("GPU read after the replacement: %v, want ESTALE", err)
+	}
+	start := time.Now()
+	f2, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	fi, err := f2.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != newSize {
+		t.Fatalf("open after the ESTALE: size %d, want the new version's %d (the old one's is %d)", fi.Size(), newSize, oldSize)
+	}
+	res, err := s3gds.Read(f2, hostRequest(buf, 0, oldSize, 0))
+	if err != nil || res.Bytes != newSize {
+		t.Fatalf("GPU read after the new open: %+v %v; want the new version's %d bytes", res, err, newSize)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(got[:newSize]); hex.EncodeToString(sum[:]) != newSum {
+		t.Fatalf("GPU read after the new open: sha256 %x, want the new version's %s", sum, newSum)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("new open and read took %s", took)
+	}
+}
+
 func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")

@@ -416,7 +416,7 @@ umount "$MP"
 	})
 
 	runMake(t, append([]string{"uninstall"}, makeVars...)...)
-	for _, p := range []string{bin, helper, filepath.Join(prefix, "lib", "systemd", "system", "s3gdsfs@.service"), filepath.Join(prefix, "share", "doc", "s3gdsfs")} {
+	for _, p := range []string{bin, helper, filepath.Join(prefix, "lib", "systemd", "system", "s3gdsfs@.service"), filepath.Join(prefix, "lib", "libs3gdsfs_cufile.so"), filepath.Join(prefix, "share", "doc", "s3gdsfs")} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("%s is still there after make uninstall", p)
 		}
@@ -439,7 +439,7 @@ func TestInstallHonoursDestdir(t *testing.T) {
 	if target, err := os.Readlink(filepath.Join(dest, "sbin/mount.fuse.s3gdsfs")); err != nil || target != "/usr/local/bin/s3gdsfs" {
 		t.Fatalf("helper link under DESTDIR: %q %v, want /usr/local/bin/s3gdsfs", target, err)
 	}
-	for _, p := range []string{"usr/local/lib/systemd/system/s3gdsfs@.service", "usr/local/share/doc/s3gdsfs/operations.md"} {
+	for _, p := range []string{"usr/local/lib/systemd/system/s3gdsfs@.service", "usr/local/share/doc/s3gdsfs/operations.md", "usr/local/lib/libs3gdsfs_cufile.so"} {
 		if _, err := os.Stat(filepath.Join(dest, p)); err != nil {
 			t.Errorf("under DESTDIR: %v", err)
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
-	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -90,39 +89,9 @@ func setup(t *testing.T) *rig {
 	srv.PutRandomObject(t, "data", "obj", objSize, objSeed)
 	r.bufDir = t.TempDir()
 	r.mp = t.TempDir()
-	cfg := daemon.Config{
-		Mountpoint: r.mp,
-		S3: daemon.S3Config{
-			Endpoint:    srv.Endpoint,
-			Region:      srv.Region,
-			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),
-		},
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	cfg.Core.Bucket = "data"
-	cfg.Splice = "never"
-	cfg.GPU.Mode = "host-standin"
-	cfg.GPU.StandinDir = r.bufDir
-	cfg.GPU.SlotSize = 1 << 20
-	cfg.GPU.Slots = 8
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		t.Fatalf("mount: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	mounttest.Standin(t, srv, "data", r.mp, r.bufDir)
 	r.obj = filepath.Join(r.mp, "obj")
 	return r
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // result is one run of cuprog.

@@ -445,7 +445,16 @@ func explainTLS(err error, cfg Config) error {
 	return fmt.Errorf("TLS with %s failed: %v", ep, err)
 }
 
+// Credentials are the keys S3Config.Credentials holds (nil: the standard chain).
+type Credentials = credentials.Credentials
+
 // StaticCredentials is for the demo and tests, which hold their own keys.
-func StaticCredentials(access, secret string) *credentials.Credentials {
+func StaticCredentials(access, secret string) *Credentials {
 	return credentials.NewStaticV4(access, secret, "")
+}
+
+// KeyCredentials are keys read from a credentials file, with the session
+// token when there is one.
+func KeyCredentials(access, secret, sessionToken string) *Credentials {
+	return credentials.NewStaticV4(access, secret, sessionToken)
 }

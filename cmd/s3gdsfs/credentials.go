@@ -7,7 +7,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/s3gdsfs/s3gdsfs/daemon"
 )
 
 // credentialsFromFile reads the keys of one profile of an AWS
@@ -24,7 +24,7 @@ import (
 // key readable by others is refused rather than used. Only static keys are
 // read (no credential_process, no SSO), once, when the mount starts.
 // Errors name the option and the file; they never quote a key.
-func credentialsFromFile(path, profile string) (*credentials.Credentials, error) {
+func credentialsFromFile(path, profile string) (*daemon.Credentials, error) {
 	bad := func(format string, a ...any) error {
 		return usagef("--credentials-file %s: %s", path, fmt.Sprintf(format, a...))
 	}
@@ -59,7 +59,7 @@ func credentialsFromFile(path, profile string) (*credentials.Credentials, error)
 	if id == "" || secret == "" {
 		return nil, bad("profile [%s] needs both aws_access_key_id and aws_secret_access_key", profile)
 	}
-	return credentials.NewStaticV4(id, secret, keys["aws_session_token"]), nil
+	return daemon.KeyCredentials(id, secret, keys["aws_session_token"]), nil
 }
 
 func unwrapPathError(err error) error {

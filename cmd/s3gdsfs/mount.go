@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
@@ -202,7 +200,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if metrics == "off" {
 		metrics = ""
 	}
-	var creds *credentials.Credentials // nil: the standard chain
+	var creds *daemon.Credentials // nil: the standard chain
 	if mf.credentialsFile != "" {
 		var err error
 		if creds, err = credentialsFromFile(mf.credentialsFile, mf.profile); err != nil {

@@ -6,7 +6,6 @@ package gotest
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -127,36 +126,6 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 func mount(t *testing.T, srv *testenv.Server) string {
 	t.Helper()
 	mp := t.TempDir()
-	cfg := daemon.Config{
-		Mountpoint: mp,
-		S3: daemon.S3Config{
-			Endpoint:    srv.Endpoint,
-			Region:      srv.Region,
-			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),
-		},
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	cfg.Core.Bucket = bucket
-	cfg.Splice = "never"
-	cfg.GPU.Mode = "host-standin"
-	cfg.GPU.StandinDir = "/dev/shm"
-	cfg.GPU.SlotSize = 1 << 20
-	cfg.GPU.Slots = 8
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		t.Fatalf("mount: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	mounttest.Standin(t, srv, bucket, mp, "/dev/shm")
 	return mp
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

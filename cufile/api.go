@@ -137,6 +137,11 @@ type Copier interface {
 	// CopyDeviceAsync enqueues a device-to-device copy on the copier's
 	// stream, ordered after the copies enqueued before it.
 	CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error
+	// Drain waits for every copy enqueued on the copier's stream so far.
+	// Unlike Sync it may run beside the copier's other methods (not
+	// Close), and an asynchronous copy failure it sees is kept for the
+	// next Sync.
+	Drain() error
 	// ReleaseSlot gives back a slot that will not be copied.
 	ReleaseSlot(slot *Slot)
 	// Sync waits for every copy this copier enqueued; once it returns the

@@ -629,6 +629,19 @@ func (c *copier) checkCopy(slot *Slot, n int, dst Allocation, dstOff uint64) err
 	return nil
 }
 
+func (c *copier) Drain() error {
+	s := c.s
+	err := s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+	if err != nil {
+		s.mu.Lock()
+		if c.stream.err == nil {
+			c.stream.err = err
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
 func (c *copier) Sync() error {
 	if c.closed {
 		return ErrClosed

@@ -2,8 +2,8 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"

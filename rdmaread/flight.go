@@ -53,6 +53,8 @@ type flight struct {
 	targets  []*target // attached
 	gone     []*target // detached or failed; their imports are put at the end
 	finished bool
+	syncs    sync.WaitGroup // detached destinations draining the stream
+	ended    chan struct{}  // closed once the stream is synchronised and the flight is over
 }
 
 // target is one destination of a flight: object bytes [a, b) land at dst.
@@ -81,6 +83,13 @@ func (e *Engine) flightPart(ctx context.Context, r Request, alloc cufile.Allocat
 			w.f.detach(w.t)
 		}
 	}
+	defer func() {
+		// Whatever happened, no copy into this destination is still on its
+		// way when the read returns: the caller may reuse the buffer.
+		for _, w := range waits {
+			w.f.quiesce()
+		}
+	}()
 	for pos, end := off, off+size; pos < end; {
 		ref, err := e.imports.Acquire(r.Owner, r.Device, r.Handle)
 		if err != nil {
@@ -134,7 +143,7 @@ func (e *Engine) join(key flightKey, r Request, ref cufile.Allocation, stager cu
 		}
 	}
 	fctx, cancel := context.WithCancel(context.Background())
-	f := &flight{key: key, version: r.Version, start: pos, end: newEnd, owner: r.Owner, ctx: fctx, cancel: cancel, pos: pos}
+	f := &flight{key: key, version: r.Version, start: pos, end: newEnd, owner: r.Owner, ctx: fctx, cancel: cancel, pos: pos, ended: make(chan struct{})}
 	t := &target{alloc: ref, a: pos, b: newEnd, dst: dst, done: make(chan struct{})}
 	f.targets = []*target{t}
 	ft.m[key] = append(ft.m[key], f)
@@ -178,6 +187,24 @@ func (f *flight) detach(t *target) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dropLocked(t)
+}
+
+// quiesce returns once every copy the flight has enqueued so far has
+// landed: a destination that left the flight gets nothing after it.
+func (f *flight) quiesce() {
+	f.mu.Lock()
+	if f.finished {
+		f.mu.Unlock()
+		<-f.ended
+		return
+	}
+	cp := f.copier
+	f.syncs.Add(1)
+	f.mu.Unlock()
+	defer f.syncs.Done()
+	if cp != nil {
+		cp.Drain() // a failure is the flight's to report
+	}
 }
 
 func (f *flight) dropLocked(t *target) {
@@ -232,6 +259,7 @@ func (e *Engine) runFlight(f *flight, stager cufile.Stager) {
 	}
 	ft.mu.Unlock()
 
+	f.syncs.Wait() // no Drain runs beside Close
 	if copier != nil {
 		t0 := time.Now()
 		// Close synchronises the stream: every copy has landed once it returns.
@@ -257,6 +285,7 @@ func (e *Engine) runFlight(f *flight, stager cufile.Stager) {
 			e.log.Warn("putting a shared read's import", "err", perr)
 		}
 	}
+	close(f.ended)
 }
 
 // streamFlight is streamPart for a flight: the range is read with one

@@ -90,6 +90,15 @@ type Slot struct {
 	copier *copier
 }
 
+// SlotCopy is one piece of a slot copied to a destination:
+// slot.Buf[Off:Off+N] to Dst at DstOff.
+type SlotCopy struct {
+	Off    int
+	N      int
+	Dst    Allocation
+	DstOff uint64
+}
+
 // Stager owns a device's slot ring and copy streams. Its methods are safe
 // for concurrent use.
 type Stager interface {
@@ -120,6 +129,19 @@ type Copier interface {
 	// has completed, or at once when the copy is refused (dstOff+n past
 	// dst.Size(): ErrOutOfRange, nothing enqueued).
 	CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) error
+	// CopyAsyncMany enqueues copies of pieces of one slot to several
+	// destinations and takes the slot in every case: it returns to the
+	// ring once the last copy has completed. A refused piece gets its
+	// error at its index; the others are enqueued.
+	CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error
+	// CopyDeviceAsync enqueues a device-to-device copy on the copier's
+	// stream, ordered after the copies enqueued before it.
+	CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error
+	// Drain waits for every copy enqueued on the copier's stream so far.
+	// Unlike Sync it may run beside the copier's other methods (not
+	// Close), and an asynchronous copy failure it sees is kept for the
+	// next Sync.
+	Drain() error
 	// ReleaseSlot gives back a slot that will not be copied.
 	ReleaseSlot(slot *Slot)
 	// Sync waits for every copy this copier enqueued; once it returns the

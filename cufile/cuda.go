@@ -53,6 +53,7 @@ type driver struct {
 	cuMemHostAlloc           func(p *unsafe.Pointer, size uint64, flags uint32) int32
 	cuMemFreeHost            func(p unsafe.Pointer) int32
 	cuMemcpyHtoDAsync        func(dst uint64, src unsafe.Pointer, size uint64, stream uintptr) int32
+	cuMemcpyDtoDAsync        func(dst uint64, src uint64, size uint64, stream uintptr) int32
 	cuStreamCreate           func(stream *uintptr, flags uint32) int32
 	cuStreamSynchronize      func(stream uintptr) int32
 	cuStreamDestroy          func(stream uintptr) int32
@@ -94,6 +95,7 @@ func (d *driver) symbols() []struct {
 		{"cuMemHostAlloc", &d.cuMemHostAlloc},
 		{"cuMemFreeHost", &d.cuMemFreeHost},
 		{"cuMemcpyHtoDAsync_v2", &d.cuMemcpyHtoDAsync},
+		{"cuMemcpyDtoDAsync_v2", &d.cuMemcpyDtoDAsync},
 		{"cuStreamCreate", &d.cuStreamCreate},
 		{"cuStreamSynchronize", &d.cuStreamSynchronize},
 		{"cuStreamDestroy_v2", &d.cuStreamDestroy},
@@ -394,6 +396,23 @@ func (d *cudaDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation
 	}
 	if r := d.drv.cuEventRecord(fence, stream); r != cudaSuccess {
 		return d.drv.fail("cuEventRecord", r, nil)
+	}
+	return nil
+}
+
+func (d *cudaDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64) error {
+	from, ok1 := src.(*cudaAllocation)
+	to, ok2 := dst.(*cudaAllocation)
+	switch {
+	case !ok1 || !ok2:
+		return fmt.Errorf("%w: not a CUDA allocation", ErrBadHandle)
+	case from.dev != d || to.dev != d:
+		return fmt.Errorf("%w: allocation on another device", ErrNoDevice)
+	case from.closed.Load() || to.closed.Load():
+		return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+	}
+	if r := d.drv.cuMemcpyDtoDAsync(to.ptr+dstOff, from.ptr+srcOff, n, stream); r != cudaSuccess {
+		return d.drv.fail("cuMemcpyDtoDAsync_v2", r, nil)
 	}
 	return nil
 }

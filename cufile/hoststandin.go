@@ -147,6 +147,23 @@ func (a *hostAllocation) Close() error {
 	return unix.Munmap(mem)
 }
 
+// read copies n bytes at off out of the mapping, on a stream's worker.
+func (a *hostAllocation) read(off, n uint64) (buf []byte, err error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		return nil, fmt.Errorf("%w: allocation closed", ErrBadHandle)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: copy faulted: %v", ErrBadHandle, r)
+		}
+	}()
+	buf = make([]byte, n)
+	copy(buf, a.mem[off:off+n])
+	return buf, nil
+}
+
 // write runs on a stream's worker, which has faults turned into panics: a
 // file truncated under its mapping fails the copy instead of the daemon.
 func (a *hostAllocation) write(off uint64, src []byte) (err error) {
@@ -186,6 +203,9 @@ type hostJob struct {
 	dst     *hostAllocation
 	off     uint64
 	src     []byte
+	from    *hostAllocation // a device-to-device copy: n bytes of from at fromOff
+	fromOff uint64
+	n       uint64
 	copy    *hostCopy     // completed after the job
 	barrier chan struct{} // closed when reached (Sync)
 }
@@ -224,7 +244,15 @@ func (d *hostDevice) work(st *hostStream) {
 			continue
 		}
 		time.Sleep(d.copyDelay)
-		err := job.dst.write(job.off, job.src)
+		var err error
+		if job.from != nil {
+			var buf []byte
+			if buf, err = job.from.read(job.fromOff, job.n); err == nil {
+				err = job.dst.write(job.off, buf)
+			}
+		} else {
+			err = job.dst.write(job.off, job.src)
+		}
 		if err != nil {
 			st.mu.Lock()
 			if st.failed == nil {
@@ -232,8 +260,10 @@ func (d *hostDevice) work(st *hostStream) {
 			}
 			st.mu.Unlock()
 		}
-		job.copy.err = err
-		close(job.copy.done)
+		if job.copy != nil {
+			job.copy.err = err
+			close(job.copy.done)
+		}
 	}
 }
 
@@ -282,6 +312,24 @@ func (d *hostDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation
 	f.last = c
 	f.mu.Unlock()
 	d.stream(stream).jobs <- hostJob{dst: a, off: dstOff, src: src, copy: c}
+	return nil
+}
+
+func (d *hostDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64) error {
+	from, ok1 := src.(*hostAllocation)
+	to, ok2 := dst.(*hostAllocation)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("%w: not a host stand-in allocation", ErrBadHandle)
+	}
+	for _, a := range []*hostAllocation{from, to} {
+		a.mu.RLock()
+		closed := a.closed
+		a.mu.RUnlock()
+		if closed {
+			return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+		}
+	}
+	d.stream(stream).jobs <- hostJob{dst: to, off: dstOff, from: from, fromOff: srcOff, n: n}
 	return nil
 }
 

@@ -37,6 +37,9 @@ type stagerDevice interface {
 	// copyAsync enqueues the copy of src to dst at dstOff on stream and
 	// records fence after it.
 	copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64) error
+	// copyDtoDAsync enqueues the copy of n bytes of src at srcOff to dst
+	// at dstOff on stream (device to device, no slot involved).
+	copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64) error
 	fenceDone(fence uintptr) (bool, error)
 	waitFence(fence uintptr) error
 	syncStream(stream uintptr) error
@@ -518,6 +521,96 @@ func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) err
 	return err
 }
 
+// CopyAsyncMany enqueues the copies of pieces of one slot to several
+// destinations on this copier's stream, in order, and records the slot's
+// fence after the last: the slot is filled once and returns to the ring when
+// every copy of it has completed. A piece that is refused (out of range, a
+// closed allocation) gets its error at its index and is skipped; the others
+// are enqueued. It takes the slot in every case.
+func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := make([]error, len(pieces))
+	if !s.ownsLocked(slot, slotHeld) {
+		for i := range errs {
+			errs[i] = errors.New("cufile: CopyAsyncMany of a slot not held from this stager")
+		}
+		return errs
+	}
+	enqueued := false
+	for i, p := range pieces {
+		if p.Off < 0 || p.Off > len(slot.Buf) {
+			errs[i] = fmt.Errorf("%w: piece at %d of a %d-byte slot", ErrOutOfRange, p.Off, len(slot.Buf))
+			continue
+		}
+		src := slot.Buf[p.Off:]
+		view := &Slot{Buf: src}
+		if errs[i] = c.checkCopy(view, p.N, p.Dst, p.DstOff); errs[i] != nil || p.N == 0 {
+			continue
+		}
+		errs[i] = s.dev.run(func() error {
+			err := s.dev.copyAsync(c.stream.handle, slot.fence, src[:p.N], p.Dst, p.DstOff)
+			if err != nil {
+				return errors.Join(err, s.dev.syncStream(c.stream.handle))
+			}
+			return nil
+		})
+		if errs[i] == nil {
+			enqueued = true
+		}
+	}
+	if !enqueued {
+		s.freeLocked(slot)
+		s.notifyLocked()
+		return errs
+	}
+	s.seq++
+	slot.seq = s.seq
+	slot.state = slotCopying
+	slot.copier = c
+	c.stream.copying = append(c.stream.copying, slot)
+	if s.cfg.PerCopier > 0 {
+		c.mine = append(c.mine, slot)
+	}
+	s.notifyLocked()
+	return errs
+}
+
+// CopyDeviceAsync enqueues a device-to-device copy of n bytes from src at
+// srcOff to dst at dstOff on this copier's stream, after every copy the
+// copier enqueued before it: bytes another copy of this copier landed in
+// src are copied on without asking the server again.
+func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case c.closed:
+		return ErrClosed
+	case src == nil || dst == nil:
+		return fmt.Errorf("%w: no allocation", ErrBadHandle)
+	case n < 0:
+		return fmt.Errorf("%w: %d bytes", ErrOutOfRange, n)
+	case src.Device() != s.dev.ordinal() || dst.Device() != s.dev.ordinal():
+		return fmt.Errorf("%w: allocations on devices %d and %d, stager on device %d", ErrNoDevice, src.Device(), dst.Device(), s.dev.ordinal())
+	}
+	for _, a := range []struct {
+		alloc Allocation
+		off   uint64
+	}{{src, srcOff}, {dst, dstOff}} {
+		if size := a.alloc.Size(); a.off > size || uint64(n) > size-a.off {
+			return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfRange, n, a.off, size)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return s.dev.run(func() error {
+		return s.dev.copyDtoDAsync(c.stream.handle, src, srcOff, dst, dstOff, uint64(n))
+	})
+}
+
 // checkCopy refuses a copy before anything is enqueued.
 func (c *copier) checkCopy(slot *Slot, n int, dst Allocation, dstOff uint64) error {
 	switch {
@@ -534,6 +627,19 @@ func (c *copier) checkCopy(slot *Slot, n int, dst Allocation, dstOff uint64) err
 		return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfRange, n, dstOff, size)
 	}
 	return nil
+}
+
+func (c *copier) Drain() error {
+	s := c.s
+	err := s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+	if err != nil {
+		s.mu.Lock()
+		if c.stream.err == nil {
+			c.stream.err = err
+		}
+		s.mu.Unlock()
+	}
+	return err
 }
 
 func (c *copier) Sync() error {

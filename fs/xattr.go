@@ -107,6 +107,7 @@ type fileStats struct {
 	splicedBytes                    atomic.Int64
 	gpuReads, gpuHTTPBytes, gpuRDMA atomic.Int64
 	gpuDeclined, gpuDeclinedBytes   atomic.Int64
+	gpuSharedBytes                  atomic.Int64
 }
 
 func (s *fileStats) posix(n int) {
@@ -125,6 +126,7 @@ func (s *fileStats) gpu(r rdmaread.Result) {
 	s.gpuReads.Add(1)
 	s.gpuHTTPBytes.Add(r.HTTPBytes)
 	s.gpuRDMA.Add(r.RDMABytes)
+	s.gpuSharedBytes.Add(r.SharedBytes)
 	if r.Decline != abi.DeclineNone {
 		s.gpuDeclined.Add(1)
 		s.gpuDeclinedBytes.Add(r.HTTPBytes)
@@ -141,5 +143,6 @@ func (s *fileStats) snapshot() map[string]int64 {
 		"gpu_rdma_bytes":      s.gpuRDMA.Load(),
 		"gpu_declined":        s.gpuDeclined.Load(),
 		"gpu_declined_bytes":  s.gpuDeclinedBytes.Load(),
+		"gpu_shared_bytes":    s.gpuSharedBytes.Load(),
 	}
 }

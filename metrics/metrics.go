@@ -40,6 +40,8 @@ type Set struct {
 	GPUDeclinedBytes *prometheus.CounterVec // reason
 	GPUReadSeconds   *prometheus.HistogramVec
 	GPUCopyWait      prometheus.Counter
+	GPUFetchedBytes  prometheus.Counter
+	GPUSharedBytes   prometheus.Counter
 	GPUReadErrors    *prometheus.CounterVec // errno
 	GPUImportsOpen   prometheus.GaugeFunc   // reads the function given to ReportImportsOpen
 	GPUBytesInFlight prometheus.Gauge
@@ -224,6 +226,12 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.GPUCopyWait = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_copy_wait_seconds_total", Help: "Time GPU reads spent blocked on device copies (slots and final sync).",
 	})
+	s.GPUFetchedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_fetched_bytes_total", Help: "Bytes GPU reads over HTTP received from the server into pinned slots (a shared fetch counts once).",
+	})
+	s.GPUSharedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_shared_bytes_total", Help: "Bytes GPU reads placed in device memory from a fetch another read led (single flight).",
+	})
 	s.GPUReadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_errors_total", Help: "GPU read calls that failed, by errno name.",
 	}, []string{"errno"})
@@ -291,7 +299,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	}
 	for _, c := range []prometheus.Collector{
 		s.GPUReadBytes, s.GPUReads, s.GPUDeclined, s.GPUDeclinedBytes, s.GPUReadSeconds,
-		s.GPUCopyWait, s.GPUReadErrors, s.GPUImportsOpen, s.GPUBytesInFlight, s.GPUSchedWait,
+		s.GPUCopyWait, s.GPUFetchedBytes, s.GPUSharedBytes, s.GPUReadErrors, s.GPUImportsOpen, s.GPUBytesInFlight, s.GPUSchedWait,
 		s.S3Requests, s.S3Seconds, s.S3BytesReceived,
 		s.PosixReadBytes, s.PosixReads, s.PosixReadSeconds, s.PosixReadErrors,
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,

@@ -48,6 +48,10 @@ type Config struct {
 	Staging     cufile.StagerConfig
 	ReadTimeout time.Duration
 	Retries     int
+	// NoShare turns single flight off: every GPU read over HTTP then
+	// sends GETs of its own, even while another read of the same object
+	// version into the same device is fetching the same bytes.
+	NoShare bool
 }
 
 // Defaults (docs/benchmarks.md, "GPU: parts by load and slots of their own"). Slots
@@ -134,6 +138,10 @@ type Result struct {
 	// CopyWait is time spent blocked on device copies: waiting for a free
 	// pinned slot and for the final synchronisation.
 	CopyWait time.Duration
+	// SharedBytes is how many of HTTPBytes came from a fetch another read
+	// led (single flight): copied from the slots its GET filled, or device
+	// to device from a destination they had landed in.
+	SharedBytes int64
 }
 
 // Errors the fs layer maps to errnos (docs/ioctl.md).
@@ -158,6 +166,8 @@ type Engine struct {
 	stagers map[int]cufile.Stager
 
 	reading atomic.Int64 // reads in flight, for sizing parts by load
+
+	flights flightTable // HTTP fetches under way that reads may share
 }
 
 // New builds an engine over a CUDA backend (or the host stand-in).
@@ -311,6 +321,9 @@ func (e *Engine) account(res Result) {
 	if res.HTTPBytes > 0 {
 		e.m.GPUReadBytes.WithLabelValues("http").Add(float64(res.HTTPBytes))
 	}
+	if res.SharedBytes > 0 {
+		e.m.GPUSharedBytes.Add(float64(res.SharedBytes))
+	}
 	if res.Transport != abi.TransportNone {
 		t := res.Transport.String()
 		e.m.GPUReads.WithLabelValues(t).Inc()
@@ -337,7 +350,7 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	part := e.partSize(n, e.reading.Load())
 	parts := (n + part - 1) / part
 	workers := min(int64(e.cfg.Streams), parts)
-	var next, copied, waited atomic.Int64
+	var next, copied, waited, shared atomic.Int64
 	var mu sync.Mutex
 	var firstErr error
 	fail := func(err error) {
@@ -351,10 +364,30 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	var wg sync.WaitGroup
 	e.m.GPUBytesInFlight.Add(float64(n))
 	defer e.m.GPUBytesInFlight.Sub(float64(n))
+	share := !e.cfg.NoShare
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if share {
+				// Flights run the GETs and copies; the reader waits for
+				// its destinations.
+				for {
+					i := next.Add(1) - 1
+					if i >= parts || ctx.Err() != nil {
+						return
+					}
+					off := i * part
+					size := min(part, n-off)
+					s, err := e.flightPart(ctx, r, alloc, stager, r.Offset+off, size, r.DstOffset+uint64(off))
+					shared.Add(s)
+					if err != nil {
+						fail(err)
+						return
+					}
+					copied.Add(size)
+				}
+			}
 			copier, err := stager.NewCopier()
 			if err != nil {
 				fail(err)
@@ -403,7 +436,7 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	if firstErr != nil {
 		return Result{CopyWait: wait}, firstErr
 	}
-	return Result{Bytes: n, HTTPBytes: n, Transport: abi.TransportHTTP, CopyWait: wait}, nil
+	return Result{Bytes: n, HTTPBytes: n, Transport: abi.TransportHTTP, CopyWait: wait, SharedBytes: shared.Load()}, nil
 }
 
 // partSize is the range of one GET of a read of n bytes while reading
@@ -481,6 +514,7 @@ func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier
 			copier.ReleaseSlot(slot) // these bytes are asked for again
 			return moved, err
 		}
+		e.m.GPUFetchedBytes.Add(float64(n))
 		if err := copier.CopyAsync(slot, int(n), alloc, dst+uint64(moved)); err != nil {
 			return moved, err
 		}

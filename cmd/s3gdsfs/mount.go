@@ -46,7 +46,7 @@ type mountFlags struct {
 	directIOMinSize                    sizeFlag
 	gpu, standinDir                    string
 	rdma, rdmaLib                      string
-	declineIsError                     bool
+	declineIsError, gpuShare           bool
 	gpuStreams, stagingSlots, gpuOps   int
 	gpuTargetStreams, stagingPerCopier int
 	gpuBytes, rdmaChunk, gpuPart       sizeFlag
@@ -253,6 +253,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			RDMA:           mf.rdma,
 			RDMALibrary:    mf.rdmaLib,
 			DeclineIsError: mf.declineIsError,
+			NoShare:        !mf.gpuShare,
 			Streams:        mf.gpuStreams,
 			TargetStreams:  mf.gpuTargetStreams,
 			MaxOps:         mf.gpuOps,

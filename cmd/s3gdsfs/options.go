@@ -157,6 +157,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "server operations of GPU reads in flight, across all callers"},
 		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuBytes, daemon.DefaultGPUMaxBytes),
 			help: "bytes of GPU reads in flight, across all callers"},
+		{name: "gpu-share", group: groupGPU, value: newBool(&mf.gpuShare, true), bare: "true",
+			help: "GPU reads over HTTP of the same object version into the same device while one is fetching share its GETs: each landed slot is copied to every waiting destination (`false`: each read fetches for itself)"},
 		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, daemon.DefaultStagingSlots),
 			help: "pinned staging slots per GPU"},
 		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, daemon.DefaultStagingSlotSize),

@@ -1,0 +1,163 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
+	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// slowStart holds each GET back a little before its body flows, so that
+// readers issued together find the first one's fetch under way.
+type slowStart struct{ objstore.Store }
+
+func (s slowStart) GetRange(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (io.ReadCloser, error) {
+	select {
+	case <-time.After(150 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.GetRange(ctx, bucket, key, off, n, v)
+}
+
+// Eight ranks read one object into eight buffers through a real mount:
+// the server sends the object about once, every buffer gets every byte.
+func TestGPUEightReadersShareOneFetch(t *testing.T) {
+	for _, share := range []bool{true, false} {
+		t.Run(fmt.Sprintf("share=%v", share), func(t *testing.T) {
+			srv := testenv.Start(t)
+			srv.CreateBucket(t, "data")
+			const size = 12<<20 + 999
+			srv.PutRandomObject(t, "data", "obj", size, 31)
+			want := sha256.Sum256(testenv.RandomBytes(31, 0, size))
+			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+				c.GPU.NoShare = !share
+				c.WrapStore = func(s objstore.Store) objstore.Store { return slowStart{s} }
+			})
+			var files [8]*os.File
+			var bufs [8]string
+			for i := range 8 {
+				f, err := os.Open(filepath.Join(mp, "obj"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				files[i] = f
+				bufs[i] = hostBuffer(t, dir, fmt.Sprintf("b%d", i), size, 0xEE)
+			}
+			before := metricAt(t, d, "s3_received_bytes_total", "")
+			var wg sync.WaitGroup
+			results := make([]s3gds.Result, 8)
+			errs := make([]error, 8)
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i], errs[i] = s3gds.Read(files[i], hostRequest(bufs[i], 0, size, 0))
+				}()
+			}
+			wg.Wait()
+			received := metricAt(t, d, "s3_received_bytes_total", "") - before
+			for i := range 8 {
+				if errs[i] != nil || results[i].Bytes != size {
+					t.Fatalf("reader %d: %+v %v", i, results[i], errs[i])
+				}
+				got, _ := os.ReadFile(filepath.Join(dir, bufs[i]))
+				if sha256.Sum256(got) != want {
+					t.Errorf("reader %d: the buffer differs from the object", i)
+				}
+			}
+			shared := metricAt(t, d, "gpu_shared_bytes_total", "")
+			fetched := metricAt(t, d, "gpu_fetched_bytes_total", "")
+			t.Logf("received %v bytes from S3 (fetched %v) for 8 reads of %d; %v shared", received, fetched, size, shared)
+			if share {
+				if received > 1.2*size {
+					t.Errorf("the server sent %v bytes for 8 reads of %d", received, size)
+				}
+				if shared < 6*size {
+					t.Errorf("gpu_shared_bytes_total %v, want at least %d", shared, 6*size)
+				}
+				st, err := s3gds.Stats(filepath.Join(mp, "obj"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				counters, _ := st["counters"].(map[string]any)
+				if v, _ := counters["gpu_shared_bytes"].(float64); v < 6*size {
+					t.Errorf("the file's stats say %v shared bytes: %v", v, counters)
+				}
+			} else if received < 8*size || shared != 0 {
+				t.Errorf("with sharing off: received %v, shared %v", received, shared)
+			}
+		})
+	}
+}
+
+// An object replaced between two readers' opens: each holds its own
+// version, so they never share, and each gets its own version's bytes or
+// ESTALE, never the other's.
+func TestGPUReadersOfTwoVersionsNeverShare(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 6 << 20
+	srv.PutRandomObject(t, "data", "obj", size, 41)
+	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.Core.MetaTTL = 200 * time.Millisecond
+		c.WrapStore = func(s objstore.Store) objstore.Store { return slowStart{s} }
+	})
+	old, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	srv.PutRandomObject(t, "data", "obj", size, 42)
+	time.Sleep(300 * time.Millisecond)
+	fresh, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	a, b := hostBuffer(t, dir, "a", size, 0xEE), hostBuffer(t, dir, "b", size, 0xEE)
+	var wg sync.WaitGroup
+	var errOld, errNew error
+	var resNew s3gds.Result
+	wg.Add(2)
+	go func() { defer wg.Done(); _, errOld = s3gds.Read(old, hostRequest(a, 0, size, 0)) }()
+	go func() { defer wg.Done(); resNew, errNew = s3gds.Read(fresh, hostRequest(b, 0, size, 0)) }()
+	wg.Wait()
+	if errNew != nil || resNew.Bytes != size {
+		t.Fatalf("reader of the new version: %+v %v", resNew, errNew)
+	}
+	gotB, _ := os.ReadFile(filepath.Join(dir, b))
+	if sha256.Sum256(gotB) != sha256.Sum256(testenv.RandomBytes(42, 0, size)) {
+		t.Error("the new version's reader got other bytes")
+	}
+	gotA, _ := os.ReadFile(filepath.Join(dir, a))
+	if errOld == nil {
+		if sha256.Sum256(gotA) != sha256.Sum256(testenv.RandomBytes(41, 0, size)) {
+			t.Error("the old version's reader succeeded with other bytes")
+		}
+	} else if !errors.Is(errOld, unix.ESTALE) {
+		t.Errorf("the old version's reader: %v, want success or ESTALE", errOld)
+	}
+	for p := 0; p < size; p += 1 << 20 {
+		if sha256.Sum256(gotA[p:p+1<<20]) == sha256.Sum256(testenv.RandomBytes(42, int64(p), 1<<20)) {
+			t.Errorf("MiB %d of the old version's buffer holds the new version", p>>20)
+		}
+	}
+	if shared := metricAt(t, d, "gpu_shared_bytes_total", ""); shared != 0 {
+		t.Errorf("readers of two versions shared %v bytes", shared)
+	}
+}

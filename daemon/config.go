@@ -97,10 +97,10 @@ type GPUConfig struct {
 	RDMA           string
 	RDMALibrary    string
 	DeclineIsError bool
-	// NoShare turns off single flight: without it, GPU reads over HTTP of
-	// the same object version into the same device share their GETs while
-	// their ranges overlap.
-	NoShare bool
+	// Share turns on single flight: GPU reads over HTTP of the same object
+	// version into the same device share their GETs while their ranges
+	// overlap.
+	Share bool
 
 	// Streams is the most ranged GETs one GPU read runs at once;
 	// TargetStreams the GETs in flight all GPU reads aim for together.
@@ -221,7 +221,7 @@ func (c GPUConfig) engine() rdmaread.Config {
 		RDMAChunk:     c.RDMAChunk,
 		ReadTimeout:   c.ReadTimeout,
 		Retries:       c.Retries,
-		NoShare:       c.NoShare,
+		Share:         c.Share,
 		Staging:       cufile.StagerConfig{SlotSize: c.SlotSize, Slots: c.Slots, PerCopier: c.PerCopier},
 	}
 }

@@ -392,7 +392,14 @@ func releasedMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*
 func releasedGPUMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, string, *daemon.Daemon) {
 	t.Helper()
 	keep := releaseAtEnd(t)
-	mp, dir, d := gpuMount(t, srv, bucket, tune)
+	// GPU reads under faults share their fetches (--gpu-share), so that
+	// a fault in a shared GET is met by every reader of it.
+	mp, dir, d := gpuMount(t, srv, bucket, func(c *daemon.Config) {
+		c.GPU.Share = true
+		if tune != nil {
+			tune(c)
+		}
+	})
 	keep(d)
 	return mp, dir, d
 }

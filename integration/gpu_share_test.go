@@ -44,7 +44,7 @@ func TestGPUEightReadersShareOneFetch(t *testing.T) {
 			srv.PutRandomObject(t, "data", "obj", size, 31)
 			want := sha256.Sum256(testenv.RandomBytes(31, 0, size))
 			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
-				c.GPU.NoShare = !share
+				c.GPU.Share = share
 				c.WrapStore = func(s objstore.Store) objstore.Store { return slowStart{s} }
 			})
 			var files [8]*os.File

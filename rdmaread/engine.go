@@ -48,10 +48,10 @@ type Config struct {
 	Staging     cufile.StagerConfig
 	ReadTimeout time.Duration
 	Retries     int
-	// NoShare turns single flight off: every GPU read over HTTP then
-	// sends GETs of its own, even while another read of the same object
-	// version into the same device is fetching the same bytes.
-	NoShare bool
+	// Share turns single flight on: GPU reads over HTTP of the same
+	// object version into the same device share the GETs of a fetch in
+	// flight (flight.go). Off, every read sends GETs of its own.
+	Share bool
 }
 
 // Defaults (docs/benchmarks.md, "GPU: parts by load and slots of their own"). Slots
@@ -364,7 +364,7 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 	var wg sync.WaitGroup
 	e.m.GPUBytesInFlight.Add(float64(n))
 	defer e.m.GPUBytesInFlight.Sub(float64(n))
-	share := !e.cfg.NoShare
+	share := e.cfg.Share
 	for range workers {
 		wg.Add(1)
 		go func() {

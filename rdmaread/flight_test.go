@@ -139,7 +139,7 @@ func (fe *flightEnv) check(name string, off, n int64, dst int) error {
 // counters say how much was shared.
 func TestEightReadersShareOneFetch(t *testing.T) {
 	const size = 6<<20 + 12345
-	fe := newFlightEnv(t, size, Config{})
+	fe := newFlightEnv(t, size, Config{Share: true})
 	fe.store.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	results := make([]Result, 8)
@@ -201,7 +201,7 @@ func TestEightReadersShareOneFetch(t *testing.T) {
 // With sharing off, every reader fetches for itself.
 func TestNoShareFetchesForEachReader(t *testing.T) {
 	const size = 2 << 20
-	fe := newFlightEnv(t, size, Config{NoShare: true})
+	fe := newFlightEnv(t, size, Config{})
 	fe.store.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -226,7 +226,7 @@ func TestNoShareFetchesForEachReader(t *testing.T) {
 // get every byte, and the cancelled one returns at once.
 func TestLeaderCancelledFollowersFinish(t *testing.T) {
 	const size = 4 << 20
-	fe := newFlightEnv(t, size, Config{})
+	fe := newFlightEnv(t, size, Config{Share: true})
 	fe.store.gate = make(chan struct{})
 	lctx, lcancel := context.WithCancel(context.Background())
 	lh := fe.buffer(t, "leader", size)
@@ -276,7 +276,7 @@ func TestLeaderCancelledFollowersFinish(t *testing.T) {
 // store while the reader of the current version gets its bytes.
 func TestOtherVersionNeverShares(t *testing.T) {
 	const size = 2 << 20
-	fe := newFlightEnv(t, size, Config{})
+	fe := newFlightEnv(t, size, Config{Share: true})
 	fe.store.gate = make(chan struct{})
 	a, b := fe.buffer(t, "a", size), fe.buffer(t, "b", size)
 	errA, errB := make(chan error, 1), make(chan error, 1)
@@ -302,7 +302,7 @@ func TestOtherVersionNeverShares(t *testing.T) {
 // a body cut mid-flight is asked for again and every reader gets its bytes.
 func TestOverlappingRangesAndACutBody(t *testing.T) {
 	const size = 5 << 20
-	fe := newFlightEnv(t, size, Config{})
+	fe := newFlightEnv(t, size, Config{Share: true})
 	fe.store.gate = make(chan struct{})
 	fe.store.cut.Store(1 << 20)
 	type rd struct{ off, n int64 }

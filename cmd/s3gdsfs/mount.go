@@ -253,7 +253,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			RDMA:           mf.rdma,
 			RDMALibrary:    mf.rdmaLib,
 			DeclineIsError: mf.declineIsError,
-			NoShare:        !mf.gpuShare,
+			Share:          mf.gpuShare,
 			Streams:        mf.gpuStreams,
 			TargetStreams:  mf.gpuTargetStreams,
 			MaxOps:         mf.gpuOps,

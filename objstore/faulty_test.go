@@ -318,11 +318,13 @@ func (o rawOneObject) GetRaw(_ context.Context, _, _ string, off, n int64, _ Ver
 	if err != nil {
 		return nil, err
 	}
-	defer ln.Close()
 	done := make(chan struct{})
-	o.t.Cleanup(func() { close(done) })
+	o.t.Cleanup(func() { close(done); ln.Close() })
 	go func() {
+		// The listener closes once the connection is accepted: closed
+		// before that, it would reset the connection waiting in its queue.
 		c, err := ln.Accept()
+		ln.Close()
 		if err != nil {
 			return
 		}

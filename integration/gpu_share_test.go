@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -159,5 +160,129 @@ func TestGPUReadersOfTwoVersionsNeverShare(t *testing.T) {
 	}
 	if shared := metricAt(t, d, "gpu_shared_bytes_total", ""); shared != 0 {
 		t.Errorf("readers of two versions shared %v bytes", shared)
+	}
+}
+
+// slowBody serves GET bodies at about 32 MB/s, and closes started once the
+// first body has begun to flow: a read takes long enough to be joined and
+// killed in.
+type slowBody struct {
+	objstore.Store
+	started chan struct{}
+	once    *sync.Once
+}
+
+func (s slowBody) GetRange(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (io.ReadCloser, error) {
+	body, err := s.Store.GetRange(ctx, bucket, key, off, n, v)
+	if err != nil {
+		return nil, err
+	}
+	s.once.Do(func() { close(s.started) })
+	return slowReader{body}, nil
+}
+
+type slowReader struct{ io.ReadCloser }
+
+func (r slowReader) Read(p []byte) (int, error) {
+	time.Sleep(2 * time.Millisecond)
+	return r.ReadCloser.Read(p[:min(len(p), 64<<10)])
+}
+
+// The first reader of a shared fetch is a process killed mid-read: the
+// seven that joined it finish with every byte right, the fetch is not
+// started again for them, and the killed caller's buffer gets nothing
+// after its death but what had already been enqueued (none of it outside
+// the range it asked for).
+func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 24<<20 + 4321
+	srv.PutRandomObject(t, "data", "obj", size, 47)
+	want := sha256.Sum256(testenv.RandomBytes(47, 0, size))
+	started := make(chan struct{})
+	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.GPU.Share = true
+		c.GPU.TargetStreams = 1 // one fetch of the whole object
+		c.WrapStore = func(s objstore.Store) objstore.Store { return slowBody{s, started, &sync.Once{}} }
+	})
+	leadFile, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leadFile.Close()
+	lead := hostBuffer(t, dir, "lead", size+4096, 0xEE)
+	before := metricAt(t, d, "s3_received_bytes_total", "")
+
+	// The first reader, in a process of its own, starts the fetch.
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "S3GDSFS_TEST_IOCTL_AS_CHILD=1", "S3GDSFS_TEST_BUF="+lead,
+		fmt.Sprintf("S3GDSFS_TEST_LENGTH=%d", size))
+	child.ExtraFiles = []*os.File{leadFile}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		child.Process.Kill()
+		t.Fatal("the first reader's GET never began")
+	}
+
+	// Seven more join it.
+	var wg sync.WaitGroup
+	results := make([]s3gds.Result, 7)
+	errs := make([]error, 7)
+	bufs := make([]string, 7)
+	for i := range 7 {
+		f, err := os.Open(filepath.Join(mp, "obj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		bufs[i] = hostBuffer(t, dir, fmt.Sprintf("f%d", i), size, 0xEE)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = s3gds.Read(f, hostRequest(bufs[i], 0, size, 0))
+		}()
+	}
+	// Then the first reader dies while the fetch runs.
+	time.Sleep(100 * time.Millisecond)
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	wg.Wait()
+
+	for i := range 7 {
+		if errs[i] != nil || results[i].Bytes != size {
+			t.Fatalf("reader %d: %+v %v", i, results[i], errs[i])
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, bufs[i]))
+		if sha256.Sum256(got) != want {
+			t.Errorf("reader %d: the buffer differs from the object", i)
+		}
+	}
+	received := metricAt(t, d, "s3_received_bytes_total", "") - before
+	shared := metricAt(t, d, "gpu_shared_bytes_total", "")
+	t.Logf("received %v bytes from S3 for 8 reads of %d, the first killed; %v shared", received, size, shared)
+	if received > 1.2*size {
+		t.Errorf("the server sent %v bytes for reads of a %d-byte object", received, size)
+	}
+	if shared < 7*size {
+		t.Errorf("gpu_shared_bytes_total %v, want the seven followers' %d", shared, 7*size)
+	}
+	// The killed caller's buffer: a prefix of the object's bytes, then the
+	// fill; nothing past the range it asked for.
+	got, _ := os.ReadFile(filepath.Join(dir, lead))
+	obj := testenv.RandomBytes(47, 0, size)
+	n := 0
+	for n < size && got[n] == obj[n] {
+		n++
+	}
+	for i := n; i < len(got); i++ {
+		if got[i] != 0xEE && (i >= size || got[i] != obj[i]) {
+			t.Fatalf("the killed reader's buffer holds a wrong byte at %d (%d bytes landed whole)", i, n)
+		}
 	}
 }

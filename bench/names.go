@@ -198,6 +198,9 @@ func runNames(ctx context.Context, cfg config, ncfg namesConfig, cleanups *clean
 		r.Targets = append(r.Targets, nt)
 	}
 	r.Setup.PageCache = caches.status()
+	if caches.tried && caches.failed == nil {
+		r.Setup.PageCache = "dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before each fresh mount, not between a cold step and its warm one"
+	}
 	if ctx.Err() != nil {
 		return r, fmt.Errorf("interrupted")
 	}

@@ -40,7 +40,7 @@ func mountTrials(ctx context.Context, cfg config, t target, sets objectSets, wor
 		spec := t.spec(mountpoint)
 		spec.name, spec.mountpoint = t.name, mountpoint
 		spec.logPath = filepath.Join(cfg.out, "logs", t.name+".log")
-		m, err := startMount(ctx, spec, set)
+		m, err := startMount(ctx, spec, set.all())
 		if err != nil {
 			return err
 		}

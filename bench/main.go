@@ -8,6 +8,12 @@
 //
 // It writes out/bench/posix.json and out/bench/posix.txt (also printed on
 // stdout); progress goes to stderr and daemon logs to out/bench/logs/.
+//
+// With -names it instead measures names and small files (names.go):
+//
+//	go run ./bench -names -bin bin/s3gdsfs -out out/bench-names [-names-files 10000] [-names-workers 8]
+//
+// and writes names.json, names.txt and names-objects.json.
 package main
 
 import (
@@ -48,6 +54,11 @@ func run() int {
 	flag.BoolVar(&cfg.fresh, "fresh", true, "every timed run reads its own copy of the objects, so nothing a run reads was read before (one mount per target: a warm daemon, nothing cached); -fresh=false re-reads one copy")
 	flag.BoolVar(&cfg.remount, "remount", false, "mount afresh before every timed run (a cold daemon each time; with -fresh=false, no daemon-side cache survives between runs)")
 	flag.DurationVar(&cfg.runTimeout, "run-timeout", 10*time.Minute, "abort a timed run (and its mount) after this long")
+	var names bool
+	var ncfg namesConfig
+	flag.BoolVar(&names, "names", false, "measure names and small files instead: listing a prefix of many small objects and a loader epoch opening each by name")
+	flag.IntVar(&ncfg.files, "names-files", 10000, "with -names: small objects under the one prefix")
+	flag.IntVar(&ncfg.workers, "names-workers", 8, "with -names: concurrent readers in an epoch (and uploaders)")
 	flag.Parse()
 	if cfg.runs < 1 || cfg.sizeScale <= 0 || cfg.sizeScale > 16 {
 		fmt.Fprintln(os.Stderr, "bench: need -runs >= 1 and 0 < -size-scale <= 16")
@@ -59,6 +70,29 @@ func run() int {
 	cleanups := &cleanupStack{}
 	defer cleanups.run()
 	handleInterrupts(cancel, cleanups)
+
+	if names {
+		if ncfg.files < 1 || ncfg.workers < 1 {
+			fmt.Fprintln(os.Stderr, "bench: need -names-files >= 1 and -names-workers >= 1")
+			return 2
+		}
+		report, err := runNames(ctx, cfg, ncfg, cleanups)
+		if report != nil {
+			if werr := report.write(cfg.out); werr != nil {
+				progress("writing report: %v", werr)
+				return 1
+			}
+		}
+		if err != nil {
+			progress("bench failed: %v", err)
+			return 1
+		}
+		if report.failed() {
+			progress("FAILED: some steps failed or read wrong data; see %s/names.txt", cfg.out)
+			return 1
+		}
+		return 0
+	}
 
 	report, err := runBench(ctx, cfg, cleanups)
 	if report != nil {

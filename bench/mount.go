@@ -37,7 +37,9 @@ type mount struct {
 	root string
 }
 
-func startMount(ctx context.Context, spec mountSpec, set objectSet) (*mount, error) {
+// startMount runs the daemon and waits until the mount shows every object
+// of ready at its size.
+func startMount(ctx context.Context, spec mountSpec, ready []object) (*mount, error) {
 	if isMounted(spec.mountpoint) {
 		return nil, fmt.Errorf("%s is already a mountpoint", spec.mountpoint)
 	}
@@ -63,7 +65,7 @@ func startMount(ctx context.Context, spec mountSpec, set objectSet) (*mount, err
 		cmd.Wait()
 		close(m.exited)
 	}()
-	if err := m.waitForObjects(ctx, set); err != nil {
+	if err := m.waitForObjects(ctx, ready); err != nil {
 		m.unmount()
 		return nil, fmt.Errorf("%w\n%s log (%s), last lines:\n%s", err, spec.name, spec.logPath, logTail(spec.logPath))
 	}
@@ -72,13 +74,13 @@ func startMount(ctx context.Context, spec mountSpec, set objectSet) (*mount, err
 
 // waitForObjects polls until the mount lists every object at its size.
 // Each check runs aside so a hung daemon cannot block the deadline.
-func (m *mount) waitForObjects(ctx context.Context, set objectSet) error {
+func (m *mount) waitForObjects(ctx context.Context, ready []object) error {
 	deadline := time.After(mountWait)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		found := make(chan string, 1)
-		go func() { found <- m.findRoot(set) }()
+		go func() { found <- m.findRoot(ready) }()
 		select {
 		case root := <-found:
 			if root != "" {
@@ -104,13 +106,13 @@ func (m *mount) waitForObjects(ctx context.Context, set objectSet) error {
 	}
 }
 
-func (m *mount) findRoot(set objectSet) string {
+func (m *mount) findRoot(ready []object) string {
 	if !isMounted(m.spec.mountpoint) {
 		return ""
 	}
 	for _, root := range []string{m.spec.mountpoint, filepath.Join(m.spec.mountpoint, bucketName)} {
 		complete := true
-		for _, o := range set.all() {
+		for _, o := range ready {
 			fi, err := os.Stat(filepath.Join(root, o.Key))
 			if err != nil || fi.Size() != o.Size {
 				complete = false

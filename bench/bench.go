@@ -36,24 +36,10 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 		os.Remove(f)
 	}
 
-	gw, err := testenv.FindVersityGW()
+	srv, err := startServer(set.totalBytes(), cleanups, &r.Setup.Server, &r.Setup.PosixDir)
 	if err != nil {
 		return nil, err
 	}
-	baseDir, where := storageDir(set.totalBytes())
-	progress("starting versitygw, objects on %s", where)
-	srv, err := testenv.StartServer(testenv.Options{BaseDir: baseDir, Binary: gw})
-	if err != nil {
-		return nil, err
-	}
-	cleanups.push(once(func() {
-		progress("stopping versitygw")
-		if err := srv.Close(); err != nil {
-			progress("%v", err)
-		}
-	}))
-	r.Setup.Server = fmt.Sprintf("versitygw %s at %s", versityGWVersion(gw), srv.Endpoint)
-	r.Setup.PosixDir = srv.Dir + " on " + where
 
 	if err := set.upload(ctx, srv); err != nil {
 		return nil, err
@@ -197,4 +183,28 @@ func moduleVersion(path string) string {
 		}
 	}
 	return ""
+}
+
+// startServer starts versitygw on storage with room for total bytes,
+// stopped by cleanups, and describes it and where its objects live.
+func startServer(total int64, cleanups *cleanupStack, server, posixDir *string) (*testenv.Server, error) {
+	gw, err := testenv.FindVersityGW()
+	if err != nil {
+		return nil, err
+	}
+	baseDir, where := storageDir(total)
+	progress("starting versitygw, objects on %s", where)
+	srv, err := testenv.StartServer(testenv.Options{BaseDir: baseDir, Binary: gw})
+	if err != nil {
+		return nil, err
+	}
+	cleanups.push(once(func() {
+		progress("stopping versitygw")
+		if err := srv.Close(); err != nil {
+			progress("%v", err)
+		}
+	}))
+	*server = fmt.Sprintf("versitygw %s at %s", versityGWVersion(gw), srv.Endpoint)
+	*posixDir = srv.Dir + " on " + where
+	return srv, nil
 }

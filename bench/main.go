@@ -77,26 +77,20 @@ func run() int {
 			return 2
 		}
 		report, err := runNames(ctx, cfg, ncfg, cleanups)
-		if report != nil {
-			if werr := report.write(cfg.out); werr != nil {
-				progress("writing report: %v", werr)
-				return 1
-			}
-		}
-		if err != nil {
-			progress("bench failed: %v", err)
-			return 1
-		}
-		if report.failed() {
-			progress("FAILED: some steps failed or read wrong data; see %s/names.txt", cfg.out)
-			return 1
-		}
-		return 0
+		return finish(cfg, report, report != nil, err, "FAILED: some steps failed or read wrong data; see %s/names.txt")
 	}
-
 	report, err := runBench(ctx, cfg, cleanups)
-	if report != nil {
-		if werr := report.write(cfg.out); werr != nil {
+	return finish(cfg, report, report != nil, err, "some measurements failed; see %s/posix.txt")
+}
+
+// finish writes a run's report, when there is one, and gives the exit
+// status: 1 when the run or any of its measurements failed.
+func finish(cfg config, r interface {
+	write(dir string) error
+	failed() bool
+}, have bool, err error, failedFormat string) int {
+	if have {
+		if werr := r.write(cfg.out); werr != nil {
 			progress("writing report: %v", werr)
 			return 1
 		}
@@ -105,8 +99,8 @@ func run() int {
 		progress("bench failed: %v", err)
 		return 1
 	}
-	if report.failed() {
-		progress("some measurements failed; see %s/posix.txt", cfg.out)
+	if r.failed() {
+		progress(failedFormat, cfg.out)
 		return 1
 	}
 	return 0

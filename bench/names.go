@@ -117,24 +117,10 @@ func runNames(ctx context.Context, cfg config, ncfg namesConfig, cleanups *clean
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	gw, err := testenv.FindVersityGW()
+	srv, err := startServer(total, cleanups, &r.Setup.Server, &r.Setup.PosixDir)
 	if err != nil {
 		return nil, err
 	}
-	baseDir, where := storageDir(total)
-	progress("starting versitygw, objects on %s", where)
-	srv, err := testenv.StartServer(testenv.Options{BaseDir: baseDir, Binary: gw})
-	if err != nil {
-		return nil, err
-	}
-	cleanups.push(once(func() {
-		progress("stopping versitygw")
-		if err := srv.Close(); err != nil {
-			progress("%v", err)
-		}
-	}))
-	r.Setup.Server = fmt.Sprintf("versitygw %s at %s", versityGWVersion(gw), srv.Endpoint)
-	r.Setup.PosixDir = srv.Dir + " on " + where
 
 	if err := srv.MakeBucket(ctx, bucketName); err != nil {
 		return nil, err

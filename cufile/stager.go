@@ -494,31 +494,44 @@ func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) err
 	if err == nil && n > 0 {
 		// Enqueued under the lock so that each stream's queue is in the
 		// stream's own order.
-		err = s.dev.run(func() error {
-			err := s.dev.copyAsync(c.stream.handle, slot.fence, slot.Buf[:n], dst, dstOff)
-			if err != nil {
-				// The copy may be enqueued without its fence: drain
-				// the stream before the slot can be filled again.
-				return errors.Join(err, s.dev.syncStream(c.stream.handle))
-			}
-			return nil
-		})
-		if err == nil {
-			s.seq++
-			slot.seq = s.seq
-			slot.state = slotCopying
-			slot.copier = c
-			c.stream.copying = append(c.stream.copying, slot)
-			if s.cfg.PerCopier > 0 {
-				c.mine = append(c.mine, slot)
-			}
-			s.notifyLocked()
+		if err = c.enqueueLocked(slot, slot.Buf[:n], dst, dstOff); err == nil {
+			c.copyingLocked(slot)
 			return nil
 		}
 	}
 	s.freeLocked(slot)
 	s.notifyLocked()
 	return err
+}
+
+// enqueueLocked enqueues the copy of src, part of slot, on the copier's
+// stream, with the slot's fence recorded after it.
+func (c *copier) enqueueLocked(slot *Slot, src []byte, dst Allocation, dstOff uint64) error {
+	s := c.s
+	return s.dev.run(func() error {
+		err := s.dev.copyAsync(c.stream.handle, slot.fence, src, dst, dstOff)
+		if err != nil {
+			// The copy may be enqueued without its fence: drain the
+			// stream before the slot can be filled again.
+			return errors.Join(err, s.dev.syncStream(c.stream.handle))
+		}
+		return nil
+	})
+}
+
+// copyingLocked records slot's copies as enqueued: it is the stream's
+// newest, and comes back to this copier once they complete.
+func (c *copier) copyingLocked(slot *Slot) {
+	s := c.s
+	s.seq++
+	slot.seq = s.seq
+	slot.state = slotCopying
+	slot.copier = c
+	c.stream.copying = append(c.stream.copying, slot)
+	if s.cfg.PerCopier > 0 {
+		c.mine = append(c.mine, slot)
+	}
+	s.notifyLocked()
 }
 
 // CopyAsyncMany enqueues the copies of pieces of one slot to several
@@ -549,14 +562,7 @@ func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 		if errs[i] = c.checkCopy(view, p.N, p.Dst, p.DstOff); errs[i] != nil || p.N == 0 {
 			continue
 		}
-		errs[i] = s.dev.run(func() error {
-			err := s.dev.copyAsync(c.stream.handle, slot.fence, src[:p.N], p.Dst, p.DstOff)
-			if err != nil {
-				return errors.Join(err, s.dev.syncStream(c.stream.handle))
-			}
-			return nil
-		})
-		if errs[i] == nil {
+		if errs[i] = c.enqueueLocked(slot, src[:p.N], p.Dst, p.DstOff); errs[i] == nil {
 			enqueued = true
 		}
 	}
@@ -565,15 +571,7 @@ func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 		s.notifyLocked()
 		return errs
 	}
-	s.seq++
-	slot.seq = s.seq
-	slot.state = slotCopying
-	slot.copier = c
-	c.stream.copying = append(c.stream.copying, slot)
-	if s.cfg.PerCopier > 0 {
-		c.mine = append(c.mine, slot)
-	}
-	s.notifyLocked()
+	c.copyingLocked(slot)
 	return errs
 }
 

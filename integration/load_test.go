@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -103,17 +103,9 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 	baseGoroutines, baseFDs := runtime.NumGoroutine(), openFDs()
 
 	const memoryLimit = 32 << 20
-	cfg := daemon.Config{
-		Mountpoint: mp,
-		S3: daemon.S3Config{
-			Endpoint:    srv.Endpoint,
-			Region:      srv.Region,
-			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),
-		},
-		MetricsAddr: "127.0.0.1:0",
-		Log:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	cfg.Core.Bucket = "data"
+	cfg := mounttest.Config(t, srv, "data", mp)
+	cfg.Splice = "" // the daemon's default
+	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.Core.MemoryLimit = memoryLimit
 	cfg.Core.CacheSize = 8 << 20
 	cfg.Core.PartSize = 4 << 20

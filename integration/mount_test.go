@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
@@ -33,42 +33,14 @@ func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon
 	t.Helper()
 	testenv.RequireFUSE(t)
 	mp := t.TempDir()
-	cfg := daemon.Config{
-		Mountpoint: mp,
-		S3: daemon.S3Config{
-			Endpoint:    srv.Endpoint,
-			Region:      srv.Region,
-			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),
-		},
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	cfg.Core.Bucket = bucket
-	// Whether --splice=auto splices depends on the machine (fs.pipe-max-size,
-	// CAP_SYS_RESOURCE): tests of splicing ask for it (splice_test.go).
-	cfg.Splice = "never"
+	cfg := mounttest.Config(t, srv, bucket, mp)
 	// The mount's default on machines of 8 CPUs or more (--fuse-poll), so
 	// that every test runs through the polling read of /dev/fuse.
 	cfg.FS.PollRequests = time.Millisecond
 	if tune != nil {
 		tune(&cfg)
 	}
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		t.Fatalf("mount: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
-	return mp, d
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
+	return mp, mounttest.Start(t, cfg)
 }
 
 func fileSHA256(t *testing.T, path string, bufSize int) string {

@@ -1,6 +1,6 @@
 // Package mounttest mounts a real s3gdsfs daemon for tests outside the
-// daemon's own packages: the bucket of a test server, GPU reads on the host
-// stand-in, the daemon's log in the test's.
+// daemon's own packages: the bucket of a test server, the daemon's log in
+// the test's, GPU reads on the host stand-in where asked.
 package mounttest
 
 import (
@@ -12,11 +12,10 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
-// Standin mounts bucket of srv at mp with the host stand-in as the GPU
-// backend, its "device memory" the files in standinDir, and small staging
-// (8 x 1 MiB slots); it is unmounted when the test ends.
-func Standin(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) *daemon.Daemon {
-	t.Helper()
+// Config is a mount of bucket of srv at mp, logging warnings to the test,
+// never splicing (whether --splice=auto splices depends on the machine:
+// tests of splicing ask for it).
+func Config(t testing.TB, srv *testenv.Server, bucket, mp string) daemon.Config {
 	cfg := daemon.Config{
 		Mountpoint: mp,
 		S3: daemon.S3Config{
@@ -28,10 +27,12 @@ func Standin(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) *
 	}
 	cfg.Core.Bucket = bucket
 	cfg.Splice = "never"
-	cfg.GPU.Mode = "host-standin"
-	cfg.GPU.StandinDir = standinDir
-	cfg.GPU.SlotSize = 1 << 20
-	cfg.GPU.Slots = 8
+	return cfg
+}
+
+// Start mounts cfg; it is unmounted when the test ends.
+func Start(t testing.TB, cfg daemon.Config) *daemon.Daemon {
+	t.Helper()
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatalf("mount: %v", err)
@@ -42,6 +43,19 @@ func Standin(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) *
 		}
 	})
 	return d
+}
+
+// Standin mounts bucket of srv at mp with the host stand-in as the GPU
+// backend, its "device memory" the files in standinDir, and small staging
+// (8 x 1 MiB slots).
+func Standin(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) *daemon.Daemon {
+	t.Helper()
+	cfg := Config(t, srv, bucket, mp)
+	cfg.GPU.Mode = "host-standin"
+	cfg.GPU.StandinDir = standinDir
+	cfg.GPU.SlotSize = 1 << 20
+	cfg.GPU.Slots = 8
+	return Start(t, cfg)
 }
 
 // logWriter hands each line the daemon logs to the test's log.

@@ -32,7 +32,7 @@ def gen(a):
     total = 0
     while total < target:
         dt = dtypes[i % len(dtypes)]
-        rows = [4096, 11008, 1024, 4099][i % 4]  # one odd shape keeps offsets unaligned to 4 KiB
+        rows = [4096, 11008, 1024, 4099][i % 4]  # one row count that is no power of two
         t = torch.randint(-100, 100, (rows, 4096), generator=g, device="cuda").to(dt)
         tensors[f"layers.{i}.w"] = t.cpu()
         total += t.numel() * t.element_size()

@@ -32,8 +32,15 @@ const (
 const (
 	cuIpcMemLazyEnablePeerAccess = 0x1
 	cuStreamNonBlocking          = 0x1
+	cuEventBlockingSync          = 0x1
 	cuEventDisableTiming         = 0x2
 )
+
+// fenceFlags: waiting on a slot's fence sleeps in the driver rather than
+// spinning, which with one context on a host of many cores is the driver's
+// default and costs a core per waiting GET (docs/benchmarks.md, "GPU: the
+// wait for a slot"). A variable so that the benchmark can compare the two.
+var fenceFlags uint32 = cuEventDisableTiming | cuEventBlockingSync
 
 // cuIpcMemHandle is CUipcMemHandle, passed by value.
 type cuIpcMemHandle struct{ Reserved [64]byte }
@@ -368,7 +375,7 @@ func (d *cudaDevice) destroyStream(s uintptr) error {
 
 func (d *cudaDevice) newFence() (uintptr, error) {
 	var e uintptr
-	if r := d.drv.cuEventCreate(&e, cuEventDisableTiming); r != cudaSuccess {
+	if r := d.drv.cuEventCreate(&e, fenceFlags); r != cudaSuccess {
 		return 0, d.drv.fail("cuEventCreate", r, nil)
 	}
 	return e, nil

@@ -14,9 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // The tests below that need a GPU skip when libcuda.so.1 cannot be loaded
@@ -429,5 +432,84 @@ func BenchmarkCUDAStagerCopy(bm *testing.B) {
 			}
 			bm.ReportMetric(float64(waited)/float64(bm.Elapsed().Nanoseconds()), "wait-share")
 		})
+	}
+}
+
+// BenchmarkCUDACopyCost measures the daemon's side of the copy path in the
+// engine's shape (4 MiB slots, two per copier, one copier per goroutine,
+// 8 streams), with fences that spin and fences that sleep while waited
+// for. Slots are not filled, so the copies are the bottleneck and every
+// acquire waits: cpu-ns/slot is the process's CPU per slot (driver calls,
+// stager and waiting), call-ns/slot the time inside CopyAsync.
+func BenchmarkCUDACopyCost(bm *testing.B) {
+	b := gpu(bm)
+	const perWorker = 256 << 20
+	for _, wait := range []struct {
+		name  string
+		flags uint32
+	}{{"spin", cuEventDisableTiming}, {"block", cuEventDisableTiming | cuEventBlockingSync}} {
+		for _, workers := range []int{1, 8} {
+			bm.Run(fmt.Sprintf("wait=%s/workers=%d", wait.name, workers), func(bm *testing.B) {
+				saved := fenceFlags
+				fenceFlags = wait.flags // read when the stager makes its fences
+				defer func() { fenceFlags = saved }()
+				cfg := StagerConfig{SlotSize: 4 << 20, Slots: 256, Streams: 8, PerCopier: 2}
+				st, err := b.NewStager(0, cfg)
+				if err != nil {
+					bm.Fatal(err)
+				}
+				defer st.Close()
+				allocs := make([]*cudaAllocation, workers)
+				for i := range allocs {
+					allocs[i] = deviceAlloc(bm, b, perWorker, 0)
+				}
+				bm.SetBytes(int64(workers) * perWorker)
+				var callNs, slots atomic.Int64
+				var ru0, ru1 unix.Rusage
+				_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+				for bm.Loop() {
+					var wg sync.WaitGroup
+					for w := range workers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							copyCostWorker(bm, st, cfg.SlotSize, allocs[w], perWorker, &callNs, &slots)
+						}()
+					}
+					wg.Wait()
+				}
+				_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+				cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+				bm.ReportMetric(float64(cpu)/float64(slots.Load()), "cpu-ns/slot")
+				bm.ReportMetric(float64(callNs.Load())/float64(slots.Load()), "call-ns/slot")
+			})
+		}
+	}
+}
+
+func copyCostWorker(bm *testing.B, st Stager, slotSize int, dst Allocation, n uint64, callNs, slots *atomic.Int64) {
+	c, err := st.NewCopier()
+	if err != nil {
+		bm.Error(err)
+		return
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			bm.Error(err)
+		}
+	}()
+	for off := uint64(0); off < n; off += uint64(slotSize) {
+		slot, err := c.AcquireSlot(context.Background())
+		if err != nil {
+			bm.Error(err)
+			return
+		}
+		t0 := time.Now()
+		if err := c.CopyAsync(slot, slotSize, dst, off); err != nil {
+			bm.Error(err)
+			return
+		}
+		callNs.Add(int64(time.Since(t0)))
+		slots.Add(1)
 	}
 }

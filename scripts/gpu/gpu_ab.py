@@ -25,7 +25,7 @@ def worker(idx, threads, objs, cmd_q, res_q):
         cmd = cmd_q.get()
         if cmd is None:
             return
-        mount, seconds, start_at = cmd
+        mount, seconds, start_at, step = cmd
         for o in objs:
             if (mount, o["key"]) not in fds:
                 fds[(mount, o["key"])] = os.open(os.path.join(mount, o["key"]), os.O_RDONLY)
@@ -37,7 +37,7 @@ def worker(idx, threads, objs, cmd_q, res_q):
             k = idx * threads + t
             try:
                 while time.time() < stop:
-                    o = objs[k % len(objs)]; k += 1
+                    o = objs[k % len(objs)]; k += step
                     r = s3gds.read_into(bufs[t], None, fd=fds[(mount, o["key"])], length=o["size"])
                     nbytes[t] += r.nbytes; counts[t] += 1; last[t] = o
             except Exception as e:  # noqa: BLE001
@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--s3load", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile-dir")
+    ap.add_argument("--distinct", action="store_true",
+                    help="each thread steps by the number of threads, so no two read one object at once (needs as many objects as threads)")
     a = ap.parse_args()
     objs = json.load(open(a.manifest))["objects"]
     variants = [dict(zip(("name", "mount", "pid", "url"), v.split("=", 3)), kind="gpu") for v in a.variant]
@@ -129,7 +131,7 @@ def main():
                     start_at = time.time() + 0.3
                     if pt: pt.start()
                     for q in cmd_qs:
-                        q.put((it["mount"], a.seconds, start_at))
+                        q.put((it["mount"], a.seconds, start_at, n * a.threads if a.distinct else 1))
                     rs = []
                     while len(rs) < n:
                         kind, _, val = res_q.get(timeout=a.seconds + 300); rs.append(val)

@@ -6,6 +6,8 @@
 #   name of a build in .dev/alt/NAME.xz; a variable assignment before NAME (X=1 NAME BUILD ...)
 #   is set in that daemon's environment.
 #   RING=N adds raw GETs into a ring of N 1 MiB buffers per worker (s3load --ring).
+#   COUNT objects (16); DISTINCT=1: no two threads read one object at once (COUNT >= threads);
+#   PROFILE=0: no CPU profiles (profiling costs the variants of round 0 a little).
 # Writes ab.json and ab.txt, and the daemons' CPU profiles of round 0 in prof.tgz, under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-gpu-ab}
@@ -14,7 +16,7 @@ VARIANTS=${VARIANTS:-"defaults s3gdsfs"}
 source scripts/gpu/lib.sh
 unpack_alt_builds
 start_store
-upload big- 16 $((256 << 20)) 100 > "$OUT/big.json"
+upload big- "${COUNT:-16}" $((256 << 20)) 100 > "$OUT/big.json"
 pids=(); args=(); port=9741
 while read -r line; do
   [ -z "$line" ] && continue
@@ -34,8 +36,9 @@ raws=(--raw "raw=--endpoint $EP --bucket bench")
 [ -n "${RING:-}" ] && raws+=(--raw "raw-ring$RING=--endpoint $EP --bucket bench --ring $RING")
 PYTHONUNBUFFERED=1 python3 scripts/gpu/gpu_ab.py "${args[@]}" "${raws[@]}" \
   --manifest "$OUT/big.json" --procs "$PROCS" --seconds "$SECS" --rounds "$ROUNDS" --vgw-pid "$VGW" \
-  --s3load "$BIN/s3load" --out "$OUT/ab.json" --profile-dir "$OUT/prof" 2>&1 | tee "$OUT/ab.txt"
+  --s3load "$BIN/s3load" --out "$OUT/ab.json" ${DISTINCT:+--distinct} \
+  $([ "${PROFILE:-1}" = 0 ] || echo --profile-dir "$OUT/prof") 2>&1 | tee "$OUT/ab.txt"
 for p in "${pids[@]}"; do grep VmHWM /proc/$p/status; kill -INT $p; done
-wait "${pids[@]}" 2>/dev/null
-for d in /mnt/ab-*; do umount -l "$d" 2>/dev/null; done
+wait "${pids[@]}" 2>/dev/null || true  # a daemon stopped by SIGINT may exit non-zero
+for d in /mnt/ab-*; do umount -l "$d" 2>/dev/null || true; done
 (cd "$OUT" && tar -czf prof.tgz prof d-*.log && rm -rf prof d-*.log)

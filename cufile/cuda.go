@@ -36,11 +36,12 @@ const (
 	cuEventDisableTiming         = 0x2
 )
 
-// fenceFlags: waiting on a slot's fence sleeps in the driver rather than
-// spinning, which with one context on a host of many cores is the driver's
-// default and costs a core per waiting GET (docs/benchmarks.md, "GPU: the
-// wait for a slot"). A variable so that the benchmark can compare the two.
-var fenceFlags uint32 = cuEventDisableTiming | cuEventBlockingSync
+// fenceFlags: the driver spins while a slot's fence is waited for (its
+// default with one context on a host of many cores). Fences that sleep
+// (cuEventBlockingSync) cost less CPU when copies are the bottleneck but
+// read no faster end to end (docs/benchmarks.md, "GPU: the wait for a
+// slot"). A variable so that the benchmark can compare the two.
+var fenceFlags uint32 = cuEventDisableTiming
 
 // cuIpcMemHandle is CUipcMemHandle, passed by value.
 type cuIpcMemHandle struct{ Reserved [64]byte }

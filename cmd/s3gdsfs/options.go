@@ -158,7 +158,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuBytes, daemon.DefaultGPUMaxBytes),
 			help: "bytes of GPU reads in flight, across all callers"},
 		{name: "gpu-share", group: groupGPU, value: newBool(&mf.gpuShare, false), bare: "true",
-			help: "GPU reads over HTTP of the same object version into the same device while one is fetching share its GETs: each landed slot is copied to every waiting destination; for jobs whose processes load the same objects; off by default, since reads of distinct objects run a little slower with it", why: benchmarksDoc},
+			help: "GPU reads of one object version into one device share its fetch while in flight; for processes loading the same objects", why: benchmarksDoc},
 		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, daemon.DefaultStagingSlots),
 			help: "pinned staging slots per GPU"},
 		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, daemon.DefaultStagingSlotSize),

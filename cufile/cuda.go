@@ -479,3 +479,28 @@ func (a *cudaAllocation) Close() error {
 		return nil
 	})
 }
+
+// AllocDevice allocates size bytes of device memory in this process, for
+// tools that play a GPU program themselves (bench/s3load); Close frees it.
+// Only the CUDA backend has device memory of its own.
+func AllocDevice(b Backend, device int, size uint64) (Allocation, error) {
+	cb, ok := b.(*cudaBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: device memory needs the CUDA backend, not %s", ErrNoDriver, b.Name())
+	}
+	dev, err := cb.device(device)
+	if err != nil {
+		return nil, err
+	}
+	a := &cudaAllocation{dev: dev, size: size, local: true}
+	err = dev.run(func() error {
+		if r := dev.drv.cuMemAlloc(&a.ptr, size); r != cudaSuccess {
+			return dev.drv.fail("cuMemAlloc_v2", r, nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}

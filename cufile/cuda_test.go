@@ -137,16 +137,15 @@ func TestCUDADevices(t *testing.T) {
 // deviceAlloc allocates size bytes on device 0 of this process, set to fill.
 func deviceAlloc(t testing.TB, b *cudaBackend, size uint64, fill byte) *cudaAllocation {
 	t.Helper()
-	dev, err := b.device(0)
+	alloc, err := AllocDevice(b, 0, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &cudaAllocation{dev: dev, size: size, local: true}
+	a := alloc.(*cudaAllocation)
+	t.Cleanup(func() { a.Close() })
+	dev := a.dev
 	err = dev.run(func() error {
 		d := dev.drv
-		if r := d.cuMemAlloc(&a.ptr, size); r != cudaSuccess {
-			return d.fail("cuMemAlloc_v2", r, nil)
-		}
 		if r := d.cuMemsetD8(a.ptr, fill, size); r != cudaSuccess {
 			return d.fail("cuMemsetD8_v2", r, nil)
 		}
@@ -158,7 +157,6 @@ func deviceAlloc(t testing.TB, b *cudaBackend, size uint64, fill byte) *cudaAllo
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.Close() })
 	return a
 }
 

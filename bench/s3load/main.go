@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -50,12 +51,22 @@ func main() {
 	}
 }
 
-func client(endpoint string) (*minio.Client, error) {
+func client(endpoint string, readBuffer int) (*minio.Client, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("--endpoint %q: want http://host:port", endpoint)
 	}
+	var transport http.RoundTripper
+	if readBuffer > 0 {
+		t, err := minio.DefaultTransport(u.Scheme == "https")
+		if err != nil {
+			return nil, err
+		}
+		t.ReadBufferSize = readBuffer
+		transport = t
+	}
 	return minio.New(u.Host, &minio.Options{
+		Transport:    transport,
 		Creds:        credentials.NewStaticV4(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), ""),
 		Secure:       u.Scheme == "https",
 		Region:       "us-east-1",
@@ -74,7 +85,7 @@ func put(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cli, err := client(*endpoint)
+	cli, err := client(*endpoint, 0)
 	if err != nil {
 		return err
 	}
@@ -123,19 +134,39 @@ func get(args []string) error {
 	seconds := fs.Float64("seconds", 10, "how long to read")
 	ring := fs.Int("ring", 0, "read into a ring of this many 1 MiB buffers, one after another, as the daemon fills its blocks (0: one reused 4 MiB buffer)")
 	part := fs.Int64("part", 0, "GET ranges of this many bytes, each object's in turn, as the GPU path's parts are (0: whole objects)")
+	device := fs.Int("device", -1, "land each body in a device buffer of its worker on this GPU, through pinned slots as the daemon's GPU path does (-1: host memory only)")
+	deviceCopy := fs.Bool("device-copy", true, "with --device, copy the slots to the device (false: fill the pinned slots only)")
+	readBuffer := fs.Int("read-buffer", 0, "the HTTP connection's read buffer in bytes (0: Go's default; the daemon's is 262144)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *part < 0 {
 		return fmt.Errorf("--part %d: want 0 (whole objects) or a range size in bytes", *part)
 	}
-	cli, err := client(*endpoint)
+	if *readBuffer < 0 {
+		return fmt.Errorf("--read-buffer %d: want 0 (Go's default) or a size in bytes", *readBuffer)
+	}
+	cli, err := client(*endpoint, *readBuffer)
 	if err != nil {
 		return err
 	}
 	plan, err := planGets(cli, *bucket, strings.Split(*keys, ","), *part)
 	if err != nil {
 		return err
+	}
+	var sink *deviceSink
+	if *device >= 0 {
+		if *ring > 0 {
+			return fmt.Errorf("--ring and --device: choose one destination")
+		}
+		size, err := largestGet(cli, *bucket, plan)
+		if err != nil {
+			return err
+		}
+		if sink, err = newDeviceSink(*device, *workers, size, *deviceCopy); err != nil {
+			return err
+		}
+		defer sink.Close()
 	}
 	var total, ops atomic.Int64
 	var next atomic.Int64
@@ -172,9 +203,12 @@ func get(args []string) error {
 					return
 				}
 				var n int64
-				if *ring > 0 {
+				switch {
+				case sink != nil:
+					n, err = sink.read(w, obj)
+				case *ring > 0:
 					n, err = readIntoRing(obj, ringBufs)
-				} else {
+				default:
 					n, err = discard(obj, buf)
 				}
 				obj.Close()
@@ -244,6 +278,24 @@ func planGets(cli *minio.Client, bucket string, keys []string, part int64) ([]ge
 		return nil, fmt.Errorf("--keys %q: nothing to read", strings.Join(keys, ","))
 	}
 	return plan, nil
+}
+
+// largestGet is the size of the largest body of plan, for the device
+// buffers.
+func largestGet(cli *minio.Client, bucket string, plan []getRange) (int64, error) {
+	var largest int64
+	for _, g := range plan {
+		if g.end > 0 {
+			largest = max(largest, g.end-g.off)
+			continue
+		}
+		st, err := cli.StatObject(context.Background(), bucket, g.key, minio.StatObjectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		largest = max(largest, st.Size)
+	}
+	return largest, nil
 }
 
 // touched is a buffer of n bytes whose pages are all in memory.

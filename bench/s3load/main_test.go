@@ -2,10 +2,17 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -56,5 +63,83 @@ func TestPlanGetsCoversEveryObjectOnce(t *testing.T) {
 	}
 	if _, err := planGets(srv.Client, "plan", []string{"missing"}, 1<<20); err == nil {
 		t.Fatal("a missing key with --part: no error")
+	}
+}
+
+// The device sink lands a body byte for byte in its worker's buffer through
+// the stager's slots (here the host stand-in's, whose "device memory" is a
+// mapped file), refuses a body larger than the buffer, and with copy off
+// fills slots without touching the buffer.
+func TestDeviceSinkLandsEveryByte(t *testing.T) {
+	dir := t.TempDir()
+	const bufSize = 16 << 20
+	if err := os.WriteFile(filepath.Join(dir, "buf"), make([]byte, bufSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	backend, err := cufile.NewHostStandin(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h cufile.Handle
+	copy(h[:], "buf")
+	alloc, err := backend.Import(0, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := backend.NewStager(0, cufile.StagerConfig{SlotSize: deviceSlotSize, Slots: 4, Streams: 2, PerCopier: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &deviceSink{stager: st, bufs: []cufile.Allocation{alloc}, toDevice: true}
+	defer func() {
+		if err := sink.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	body := make([]byte, 9<<20+5)
+	if _, err := rand.Read(body); err != nil {
+		t.Fatal(err)
+	}
+	n, err := sink.read(0, bytes.NewReader(body))
+	if err != nil || n != int64(len(body)) {
+		t.Fatalf("read: %d bytes, %v; want %d", n, err, len(body))
+	}
+	landed, err := os.ReadFile(filepath.Join(dir, "buf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(landed[:len(body)]) != sha256.Sum256(body) {
+		t.Fatal("the buffer does not hold the body")
+	}
+	if sha256.Sum256(landed[len(body):]) != sha256.Sum256(make([]byte, bufSize-len(body))) {
+		t.Fatal("bytes written past the body")
+	}
+	sink.toDevice = false
+	if n, err := sink.read(0, bytes.NewReader(make([]byte, 5<<20))); err != nil || n != 5<<20 {
+		t.Fatalf("copy off: %d bytes, %v", n, err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "buf"))
+	if sha256.Sum256(after[:len(body)]) != sha256.Sum256(body) {
+		t.Fatal("copy off wrote to the buffer")
+	}
+	sink.toDevice = true
+	if _, err := sink.read(0, bytes.NewReader(make([]byte, bufSize+1))); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a body larger than the buffer: %v", err)
+	}
+}
+
+// --device without a CUDA driver says which flag failed and why.
+func TestDeviceWithoutDriverNamesTheFlag(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("this machine has a GPU")
+	}
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "dev")
+	srv.PutRandomObject(t, "dev", "a", 1<<20, 1)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	err := get([]string{"--endpoint", srv.Endpoint, "--bucket", "dev", "--keys", "a", "--device", "0", "--seconds", "0.1"})
+	if err == nil || !strings.Contains(err.Error(), "--device 0") || !errors.Is(err, cufile.ErrNoDriver) {
+		t.Fatalf("--device 0 without CUDA: %v", err)
 	}
 }

@@ -167,7 +167,12 @@ def main():
         dc = sum(r["daemon_cpu_s"] for r in rs) / max(sum(r["gbps"] * r["wall"] for r in rs), 1e-9)
         vc = sum(r["vgw_cpu_s"] for r in rs) / max(sum(r["gbps"] * r["wall"] for r in rs), 1e-9)
         cc = sum(r["client_cpu_s"] for r in rs) / max(sum(r["gbps"] * r["wall"] for r in rs), 1e-9)
-        print(f"N={n} {name:14s} {g:6.2f} GB/s  x{g / rg if rg else 0:.3f} raw  [{' '.join('%.2f' % r['gbps'] for r in rs)}]  busy {cores:4.1f} cores  cpu-s/GB daemon {dc:.3f} vgw {vc:.3f} client {cc:.3f}", flush=True)
+        # the ratio within each round, against the raw trial of that round: the machine drifts
+        # between rounds more than variants differ
+        by_round = {r["round"]: r["gbps"] for r in (ref or [])}
+        paired = [r["gbps"] / by_round[r["round"]] for r in rs if by_round.get(r["round"])]
+        pr = f"x{sum(paired) / len(paired):.3f} [{min(paired):.2f}-{max(paired):.2f}]" if paired else "-"
+        print(f"N={n} {name:14s} {g:6.2f} GB/s  x{g / rg if rg else 0:.3f} raw  by round {pr}  [{' '.join('%.2f' % r['gbps'] for r in rs)}]  busy {cores:4.1f} cores  cpu-s/GB daemon {dc:.3f} vgw {vc:.3f} client {cc:.3f}", flush=True)
 
 if __name__ == "__main__":
     main()

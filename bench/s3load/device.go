@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+)
+
+// deviceSink lands GET bodies in device memory the way the daemon's GPU
+// path does, without the daemon: each body is read into pinned slots of a
+// stager in the engine's shape (4 MiB slots, two per GET, 8 copy streams)
+// and each slot is copied to the worker's own device buffer. With copy
+// off the slots are filled and given back: the pinned destination alone.
+type deviceSink struct {
+	stager   cufile.Stager
+	bufs     []cufile.Allocation // one per worker
+	toDevice bool
+}
+
+const deviceSlotSize = 4 << 20
+
+func newDeviceSink(device, workers int, bufSize int64, toDevice bool) (*deviceSink, error) {
+	backend, err := cufile.NewCUDA()
+	if err != nil {
+		return nil, fmt.Errorf("--device %d: %w", device, err)
+	}
+	st, err := backend.NewStager(device, cufile.StagerConfig{
+		SlotSize: deviceSlotSize, Slots: 2*workers + 8, Streams: 8, PerCopier: 2,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--device %d: %w", device, err)
+	}
+	s := &deviceSink{stager: st, toDevice: toDevice}
+	for range workers {
+		a, err := cufile.AllocDevice(backend, device, uint64(bufSize))
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("--device %d: %d bytes per worker: %w", device, bufSize, err), s.Close())
+		}
+		s.bufs = append(s.bufs, a)
+	}
+	return s, nil
+}
+
+// read reads r to the end into worker w's device buffer and returns once
+// every copy has landed.
+func (s *deviceSink) read(w int, r io.Reader) (int64, error) {
+	copier, err := s.stager.NewCopier()
+	if err != nil {
+		return 0, err
+	}
+	dst := s.bufs[w]
+	var n int64
+	for {
+		slot, err := copier.AcquireSlot(context.Background())
+		if err != nil {
+			return n, errors.Join(err, copier.Close())
+		}
+		m, rerr := io.ReadFull(r, slot.Buf)
+		switch {
+		case m == 0 || !s.toDevice:
+			copier.ReleaseSlot(slot)
+		case uint64(n)+uint64(m) > dst.Size():
+			copier.ReleaseSlot(slot)
+			return n, errors.Join(fmt.Errorf("object larger than the %d-byte device buffer", dst.Size()), copier.Close())
+		default:
+			if err := copier.CopyAsync(slot, m, dst, uint64(n)); err != nil {
+				return n, errors.Join(err, copier.Close())
+			}
+		}
+		n += int64(m)
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return n, copier.Close()
+		}
+		if rerr != nil {
+			return n, errors.Join(rerr, copier.Close())
+		}
+	}
+}
+
+func (s *deviceSink) Close() error {
+	var errs []error
+	for _, a := range s.bufs {
+		errs = append(errs, a.Close())
+	}
+	return errors.Join(append(errs, s.stager.Close())...)
+}

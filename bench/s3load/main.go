@@ -4,6 +4,11 @@
 //
 //	s3load put --endpoint URL --bucket B --prefix P --count N --size BYTES [--seed S]
 //	s3load get --endpoint URL --bucket B --keys k1,k2,... --workers W [--seconds T]
+//	           [--ring N | --device GPU [--device-copy=false]] [--part BYTES] [--read-buffer BYTES]
+//
+// With --device each body lands in a device buffer of its worker through
+// pinned slots, as the daemon's GPU path does (device.go): the bound of that
+// design without the daemon.
 //
 // Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
 // Output is one JSON object on stdout.

@@ -185,6 +185,10 @@ func moduleVersion(path string) string {
 	return ""
 }
 
+// closeConnections (-close-connections) has the server close every
+// connection after its response, versitygw's default.
+var closeConnections bool
+
 // startServer starts versitygw on storage with room for total bytes,
 // stopped by cleanups, and describes it and where its objects live.
 func startServer(total int64, cleanups *cleanupStack, server, posixDir *string) (*testenv.Server, error) {
@@ -194,7 +198,7 @@ func startServer(total int64, cleanups *cleanupStack, server, posixDir *string) 
 	}
 	baseDir, where := storageDir(total)
 	progress("starting versitygw, objects on %s", where)
-	srv, err := testenv.StartServer(testenv.Options{BaseDir: baseDir, Binary: gw})
+	srv, err := testenv.StartServer(testenv.Options{BaseDir: baseDir, Binary: gw, CloseConnections: closeConnections})
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +208,11 @@ func startServer(total int64, cleanups *cleanupStack, server, posixDir *string) 
 			progress("%v", err)
 		}
 	}))
-	*server = fmt.Sprintf("versitygw %s at %s", versityGWVersion(gw), srv.Endpoint)
+	conns := "keep-alive"
+	if closeConnections {
+		conns = "a connection per request"
+	}
+	*server = fmt.Sprintf("versitygw %s at %s, %s", versityGWVersion(gw), srv.Endpoint, conns)
 	*posixDir = srv.Dir + " on " + where
 	return srv, nil
 }

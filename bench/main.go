@@ -53,6 +53,7 @@ func run() int {
 	flag.StringVar(&cfg.mountFlags, "s3gdsfs-flags", "", "extra flags for `s3gdsfs mount`, space-separated (to compare settings)")
 	flag.BoolVar(&cfg.fresh, "fresh", true, "every timed run reads its own copy of the objects, so nothing a run reads was read before (one mount per target: a warm daemon, nothing cached); -fresh=false re-reads one copy")
 	flag.BoolVar(&cfg.remount, "remount", false, "mount afresh before every timed run (a cold daemon each time; with -fresh=false, no daemon-side cache survives between runs)")
+	flag.BoolVar(&closeConnections, "close-connections", false, "the server closes every connection after its response (versitygw's default; figures recorded before keep-alive was the harness's default were taken so)")
 	flag.DurationVar(&cfg.runTimeout, "run-timeout", 10*time.Minute, "abort a timed run (and its mount) after this long")
 	var names bool
 	var ncfg namesConfig

@@ -47,6 +47,8 @@ type Daemon struct {
 	addr    string
 	stop    context.CancelFunc
 	closing sync.Once
+	// clients to the endpoint, whose kept connections go at shutdown
+	clients []*objstore.Minio
 
 	unmountMu sync.Mutex
 	unmounted bool // Unmount succeeded (or detached): later calls do nothing
@@ -70,7 +72,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{}
+	d := &Daemon{clients: []*objstore.Minio{raw}}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
@@ -227,6 +229,9 @@ func (d *Daemon) release() {
 		if err := d.GPU.Close(); err != nil {
 			d.cfg.Log.Warn("closing the GPU engine", "err", err)
 		}
+	}
+	for _, c := range d.clients {
+		c.CloseIdleConnections()
 	}
 }
 

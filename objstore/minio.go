@@ -66,7 +66,8 @@ const (
 
 // Minio is the Store over minio-go.
 type Minio struct {
-	core *minio.Core
+	core      *minio.Core
+	transport *http.Transport
 	// For GetRaw, which sends its GETs itself.
 	virtualHost                     bool
 	connectTimeout, responseTimeout time.Duration
@@ -114,7 +115,7 @@ func NewMinio(cfg Config) (*Minio, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
 	}
-	return &Minio{core: core, virtualHost: cfg.VirtualHost,
+	return &Minio{core: core, transport: transport, virtualHost: cfg.VirtualHost,
 		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout,
 		rawReceiveBuffer: cfg.RawReceiveBuffer}, nil
 }
@@ -241,6 +242,10 @@ func (m *Minio) List(ctx context.Context, bucket, prefix, continuation string, m
 	}
 	return page, nil
 }
+
+// CloseIdleConnections closes the connections kept for later requests,
+// when the client is done with the endpoint; requests in flight keep theirs.
+func (m *Minio) CloseIdleConnections() { m.transport.CloseIdleConnections() }
 
 // GetRange implements Store.
 func (m *Minio) GetRange(ctx context.Context, bucket, key string, off, n int64, v Version) (io.ReadCloser, error) {

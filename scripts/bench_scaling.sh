@@ -24,8 +24,10 @@ MP=$(mktemp -d)
 PORT=$((20000 + RANDOM % 20000))
 EP=http://127.0.0.1:$PORT
 mkdir -p "$ROOT/data" "$ROOT/meta"
+# Connections kept, as S3 services keep them; VGW_KEEPALIVE=0: a connection per request.
+keep=--keep-alive; [ "${VGW_KEEPALIVE:-1}" = 0 ] && keep=
 "$VERSITYGW" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --region us-east-1 \
-  --port 127.0.0.1:$PORT --quiet posix --sidecar "$ROOT/meta" "$ROOT/data" > "$OUT/versitygw.log" 2>&1 &
+  --port 127.0.0.1:$PORT --quiet $keep posix --sidecar "$ROOT/meta" "$ROOT/data" > "$OUT/versitygw.log" 2>&1 &
 VGW=$!
 DAEMON=
 cleanup() {

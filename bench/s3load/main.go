@@ -56,18 +56,24 @@ func main() {
 	}
 }
 
-func client(endpoint string, readBuffer int) (*minio.Client, error) {
+// client is a path-style client. Uploads take a connection per request
+// (keep false): versitygw with --keep-alive has closed a kept connection
+// under a PUT's body.
+func client(endpoint string, readBuffer int, keep bool) (*minio.Client, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("--endpoint %q: want http://host:port", endpoint)
 	}
 	var transport http.RoundTripper
-	if readBuffer > 0 {
+	if readBuffer > 0 || !keep {
 		t, err := minio.DefaultTransport(u.Scheme == "https")
 		if err != nil {
 			return nil, err
 		}
-		t.ReadBufferSize = readBuffer
+		if readBuffer > 0 {
+			t.ReadBufferSize = readBuffer
+		}
+		t.DisableKeepAlives = !keep
 		transport = t
 	}
 	return minio.New(u.Host, &minio.Options{
@@ -90,7 +96,7 @@ func put(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cli, err := client(*endpoint, 0)
+	cli, err := client(*endpoint, 0, false)
 	if err != nil {
 		return err
 	}
@@ -151,7 +157,7 @@ func get(args []string) error {
 	if *readBuffer < 0 {
 		return fmt.Errorf("--read-buffer %d: want 0 (Go's default) or a size in bytes", *readBuffer)
 	}
-	cli, err := client(*endpoint, *readBuffer)
+	cli, err := client(*endpoint, *readBuffer, true)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,11 @@ type Options struct {
 	Binary string
 	// StartTimeout bounds the wait for the server to answer; 0 means 30s.
 	StartTimeout time.Duration
+	// CloseConnections has the server close every connection after its
+	// response, versitygw's own default. Otherwise it keeps them open
+	// (--keep-alive), as S3 services do, so that clients' connection pools
+	// are exercised and per-request costs are a real server's.
+	CloseConnections bool
 }
 
 // Server is a running versitygw instance with a posix backend.
@@ -105,7 +110,7 @@ func StartServer(opts Options) (*Server, error) {
 	// bind, so a lost race is retried with a new port.
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := launch(bin, tempDir, timeout)
+		s, err := launch(bin, tempDir, timeout, !opts.CloseConnections)
 		if err == nil {
 			return s, nil
 		}
@@ -120,7 +125,7 @@ func StartServer(opts Options) (*Server, error) {
 
 var errPortTaken = errors.New("port already in use")
 
-func launch(bin, tempDir string, timeout time.Duration) (*Server, error) {
+func launch(bin, tempDir string, timeout time.Duration, keepAlive bool) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -149,8 +154,11 @@ func launch(bin, tempDir string, timeout time.Duration) (*Server, error) {
 		"--region", s.Region,
 		"--port", s.Host,
 		"--quiet", // no per-request log lines
-		"posix",
 	}
+	if keepAlive {
+		args = append(args, "--keep-alive")
+	}
+	args = append(args, "posix")
 	// Object metadata lives in xattrs; filesystems without user xattrs
 	// (some overlay or tmpfs setups) get a sidecar directory instead.
 	if !supportsUserXattr(dataDir) {
@@ -174,10 +182,21 @@ func launch(bin, tempDir string, timeout time.Duration) (*Server, error) {
 		close(s.exited)
 	}()
 
+	// The tests' own client, which uploads the fixtures, takes a
+	// connection per request: versitygw with --keep-alive has closed a
+	// kept connection under a PUT's body (a broken pipe mid-upload), and
+	// what the tests measure is the daemon's connections, not this one's.
+	setup, err := minio.DefaultTransport(false)
+	if err != nil {
+		s.kill()
+		return nil, err
+	}
+	setup.DisableKeepAlives = true
 	s.Client, err = minio.New(s.Host, &minio.Options{
 		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
 		Region:       s.Region,
 		BucketLookup: minio.BucketLookupPath,
+		Transport:    setup,
 	})
 	if err != nil {
 		s.kill()

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http/httptrace"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 func TestRandomDataIsDeterministicAndSeekable(t *testing.T) {
@@ -112,4 +114,43 @@ func getAll(t *testing.T, s *Server, bucket, key string) []byte {
 		t.Fatalf("get %s/%s: %v", bucket, key, err)
 	}
 	return data
+}
+
+// The server keeps a client's connection for its next request, as S3
+// services do, unless asked to close every one (versitygw's default).
+func TestServerKeepsConnectionsUnlessAskedNotTo(t *testing.T) {
+	for _, closeConns := range []bool{false, true} {
+		s, err := StartServer(Options{BaseDir: t.TempDir(), CloseConnections: closeConns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.CreateBucket(t, "conns")
+		s.PutRandomObject(t, "conns", "a", 4096, 1)
+		// A client that keeps connections, as the daemon's does (the
+		// server's own Client takes one per request).
+		cli, err := minio.New(s.Host, &minio.Options{
+			Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: s.Region, BucketLookup: minio.BucketLookupPath,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reused []bool
+		for range 3 {
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				GotConn: func(ci httptrace.GotConnInfo) { reused = append(reused, ci.Reused) },
+			})
+			obj, err := cli.GetObject(ctx, "conns", "a", minio.GetObjectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, obj); err != nil {
+				t.Fatal(err)
+			}
+			obj.Close()
+		}
+		if got, want := reused[len(reused)-1], !closeConns; got != want {
+			t.Errorf("CloseConnections %v: the last GET's connection reused %v (all: %v)", closeConns, got, reused)
+		}
+	}
 }

@@ -41,6 +41,8 @@ type Server struct {
 	upstream *url.URL
 	stagers  StagerFunc
 	proxy    *httputil.ReverseProxy
+	// upstreamTransport is the proxy's; Close lets its kept connections go.
+	upstreamTransport *http.Transport
 
 	mu  sync.Mutex
 	srv *http.Server
@@ -65,6 +67,7 @@ func NewServer(f *Fabric, upstream string, stagers StagerFunc) (*Server, error) 
 		return nil, fmt.Errorf("loopback: upstream %q: want http://host[:port]", upstream)
 	}
 	s := &Server{f: f, upstream: u, stagers: stagers}
+	s.upstreamTransport = &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -72,7 +75,7 @@ func NewServer(f *Fabric, upstream string, stagers StagerFunc) (*Server, error) 
 			// client signed.
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:      &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64},
+		Transport:      s.upstreamTransport,
 		ModifyResponse: s.writeIntoRegion,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
@@ -222,7 +225,9 @@ func (s *Server) Close() error {
 	if srv == nil {
 		return nil
 	}
-	return srv.Close()
+	err := srv.Close()
+	s.upstreamTransport.CloseIdleConnections()
+	return err
 }
 
 // s3Error is an S3 error body.

@@ -36,8 +36,11 @@ unpack_alt_builds() {
 # versitygw with its posix backend on /dev/shm, as the reference server.
 start_store() {
   rm -rf "$ROOT"; mkdir -p "$ROOT/data" "$ROOT/meta" "$MP"
+  # Connections are kept, as S3 services keep them; VGW_KEEPALIVE=0 gives versitygw's own default,
+  # a connection per request, under which the GPU figures before keep-alive were taken.
+  local keep=--keep-alive; [ "${VGW_KEEPALIVE:-1}" = 0 ] && keep=
   "$BIN/versitygw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --region us-east-1 \
-    --port 127.0.0.1:7070 --quiet posix --sidecar "$ROOT/meta" "$ROOT/data" > "$OUT/versitygw.log" 2>&1 &
+    --port 127.0.0.1:7070 --quiet $keep posix --sidecar "$ROOT/meta" "$ROOT/data" > "$OUT/versitygw.log" 2>&1 &
   VGW=$!
   for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/7070) 2>/dev/null && return 0; sleep 0.1; done
   echo "versitygw did not start"; cat "$OUT/versitygw.log"; return 1

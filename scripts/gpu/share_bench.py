@@ -3,7 +3,7 @@
   share_bench.py --mount MP --manifest huge.json --procs 8 --metrics URL --out JSON
 
 First one process lands every object of the manifest, each into a device buffer of its own, all at
-once (a thread per object); then PROCS processes do the same at the same moment. Reports the wall
+once (a thread per object); then PROCS processes do the same at the same moment; ROUNDS times. Reports the wall
 time of each, the ratio, and the bytes the daemon received from the server in each against the
 objects' total (s3gdsfs_s3_received_bytes_total from the daemon's metrics). Every buffer of every
 process is checked against the manifest's sha256 after the clock stops.
@@ -99,20 +99,33 @@ def main():
     ap.add_argument("--label", default="")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: host buffers, for a daemon on the host stand-in")
+    ap.add_argument("--rounds", type=int, default=3, help="pairs of one process, then PROCS, in turn")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error(f"--rounds {a.rounds}: want 1 or more")
     objs = json.load(open(a.manifest))["objects"]
-    one = phase(a.mount, objs, 1, a.metrics, a.device)
-    many = phase(a.mount, objs, a.procs, a.metrics, a.device)
-    res = {"label": a.label, "object_bytes": sum(o["size"] for o in objs), "one": one, "many": many,
-           "time_ratio": many["seconds"] / one["seconds"]}
+    rounds = []
+    for rnd in range(a.rounds):
+        one = phase(a.mount, objs, 1, a.metrics, a.device)
+        many = phase(a.mount, objs, a.procs, a.metrics, a.device)
+        rounds.append({"one": one, "many": many, "time_ratio": many["seconds"] / one["seconds"]})
+        for r in (one, many):
+            print(f"{a.label} round {rnd}, {r['procs']} process(es): {r['seconds']:.2f} s, {r['gbps_delivered']:.2f} GB/s "
+                  f"delivered, server sent {r['server_bytes_per_total']:.2f}x the objects, {len(r['errors'])} errors, "
+                  f"{r['buffers_not_matching']} buffers differ", flush=True)
+    ratios = sorted(r["time_ratio"] for r in rounds)
+    res = {"label": a.label, "object_bytes": sum(o["size"] for o in objs), "rounds": rounds,
+           "time_ratio_median": ratios[len(ratios) // 2], "time_ratios": [r["time_ratio"] for r in rounds],
+           "server_bytes_per_total_max": max(r["many"]["server_bytes_per_total"] for r in rounds),
+           "errors": sum(len(r[k]["errors"]) for r in rounds for k in ("one", "many")),
+           "buffers_not_matching": sum(r[k]["buffers_not_matching"] for r in rounds for k in ("one", "many"))}
     json.dump(res, open(a.out, "w"), indent=1)
-    for k in ("one", "many"):
-        r = res[k]
-        print(f"{a.label} {r['procs']} process(es): {r['seconds']:.2f} s, {r['gbps_delivered']:.2f} GB/s delivered, "
-              f"server sent {r['server_bytes_per_total']:.2f}x the objects, {len(r['errors'])} errors, "
-              f"{r['buffers_not_matching']} buffers differ", flush=True)
-    print(f"{a.label}: {a.procs} processes took {res['time_ratio']:.2f}x the time of one", flush=True)
+    print(f"{a.label}: {a.procs} processes took {', '.join('%.2f' % x for x in res['time_ratios'])}x the time of one "
+          f"(median {res['time_ratio_median']:.2f}); the server sent at most {res['server_bytes_per_total_max']:.2f}x "
+          f"the objects; {res['errors']} errors, {res['buffers_not_matching']} buffers differ", flush=True)
+    if res["errors"] or res["buffers_not_matching"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

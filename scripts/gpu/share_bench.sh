@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Shared fetches on a GPU machine: PROCS (8) processes landing the same COUNT (8) objects of
 # SIZE (1 GiB) at the same moment, against one process alone, ROUNDS (3) times, through a mount
-# with --gpu-share and one without (scripts/gpu/share_bench.py). Reads of distinct objects with sharing on
-# against off: scripts/gpu/gpu_ab.sh with VARIANTS='off s3gdsfs
+# with --gpu-share and one without (scripts/gpu/share_bench.py). Reads of distinct objects with
+# sharing on against off: scripts/gpu/gpu_ab.sh with DISTINCT=1 COUNT=64 VARIANTS='off s3gdsfs
 # on s3gdsfs --gpu-share'. Needs .dev/gpu (make gpu-bundle).
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-share-bench}

@@ -83,15 +83,8 @@ func runBench(ctx context.Context, cfg config, cleanups *cleanupStack) (*report,
 	}
 	fuseOK, fuseReason := testenv.FUSEAvailable()
 	for _, t := range targets {
-		if t.skipReason == "" && !fuseOK {
-			t.skipReason = "FUSE unavailable: " + fuseReason
-		}
-		if t.skipReason == "" && ctx.Err() != nil {
-			t.skipReason = "interrupted"
-		}
-		if t.skipReason != "" {
-			progress("%s: skipped: %s", t.name, t.skipReason)
-			entries = append(entries, entry{status: targetStatus{Name: t.name, Status: "skipped", Reason: t.skipReason, Version: t.version}})
+		if why := t.whyNotRun(ctx, fuseOK, fuseReason); why != "" {
+			entries = append(entries, entry{status: targetStatus{Name: t.name, Status: "skipped", Reason: why, Version: t.version}})
 			continue
 		}
 		ts, done := mountTrials(ctx, cfg, t, set, workdir, cleanups, caches, srv.Pid())

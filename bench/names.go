@@ -162,15 +162,8 @@ func runNames(ctx context.Context, cfg config, ncfg namesConfig, cleanups *clean
 	caches := &cacheDropper{}
 	order := rand.New(rand.NewSource(namesSeed)).Perm(len(objs))
 	for _, t := range targets {
-		if t.skipReason == "" && !fuseOK {
-			t.skipReason = "FUSE unavailable: " + fuseReason
-		}
-		if t.skipReason == "" && ctx.Err() != nil {
-			t.skipReason = "interrupted"
-		}
-		if t.skipReason != "" {
-			progress("%s: skipped: %s", t.name, t.skipReason)
-			r.Targets = append(r.Targets, namesTarget{Name: t.name, Status: "skipped", Reason: t.skipReason, Version: t.version})
+		if why := t.whyNotRun(ctx, fuseOK, fuseReason); why != "" {
+			r.Targets = append(r.Targets, namesTarget{Name: t.name, Status: "skipped", Reason: why, Version: t.version})
 			continue
 		}
 		nt := namesTarget{Name: t.name, Version: t.version, Status: "measured"}

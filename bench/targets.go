@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,21 @@ type target struct {
 	version    string
 	// spec builds the daemon's command line for a mountpoint.
 	spec func(mountpoint string) mountSpec
+}
+
+// whyNotRun says why t cannot be measured now ("" when it can), and says
+// so on the progress line: its own reason, no FUSE, or an interrupted run.
+func (t *target) whyNotRun(ctx context.Context, fuseOK bool, fuseReason string) string {
+	if t.skipReason == "" && !fuseOK {
+		t.skipReason = "FUSE unavailable: " + fuseReason
+	}
+	if t.skipReason == "" && ctx.Err() != nil {
+		t.skipReason = "interrupted"
+	}
+	if t.skipReason != "" {
+		progress("%s: skipped: %s", t.name, t.skipReason)
+	}
+	return t.skipReason
 }
 
 func s3gdsfsTarget(bin, extraFlags string, srv *testenv.Server) target {

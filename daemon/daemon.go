@@ -47,8 +47,7 @@ type Daemon struct {
 	addr    string
 	stop    context.CancelFunc
 	closing sync.Once
-	// clients to the endpoint, whose kept connections go at shutdown
-	clients []*objstore.Minio
+	s3      *objstore.Minio // the endpoint's client, whose kept connections go at shutdown
 
 	unmountMu sync.Mutex
 	unmounted bool // Unmount succeeded (or detached): later calls do nothing
@@ -72,7 +71,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{clients: []*objstore.Minio{raw}}
+	d := &Daemon{s3: raw}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
@@ -230,9 +229,7 @@ func (d *Daemon) release() {
 			d.cfg.Log.Warn("closing the GPU engine", "err", err)
 		}
 	}
-	for _, c := range d.clients {
-		c.CloseIdleConnections()
-	}
+	d.s3.CloseIdleConnections()
 }
 
 // enableRDMA sets up the RDMA path the configuration asks for.

@@ -72,15 +72,7 @@ func TestGPUEightReadersShareOneFetch(t *testing.T) {
 			}
 			wg.Wait()
 			received := metricAt(t, d, "s3_received_bytes_total", "") - before
-			for i := range 8 {
-				if errs[i] != nil || results[i].Bytes != size {
-					t.Fatalf("reader %d: %+v %v", i, results[i], errs[i])
-				}
-				got, _ := os.ReadFile(filepath.Join(dir, bufs[i]))
-				if sha256.Sum256(got) != want {
-					t.Errorf("reader %d: the buffer differs from the object", i)
-				}
-			}
+			checkReaders(t, dir, bufs[:], results, errs, size, want)
 			shared := metricAt(t, d, "gpu_shared_bytes_total", "")
 			fetched := metricAt(t, d, "gpu_fetched_bytes_total", "")
 			t.Logf("received %v bytes from S3 (fetched %v) for 8 reads of %d; %v shared", received, fetched, size, shared)
@@ -254,15 +246,7 @@ func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	child.Wait()
 	wg.Wait()
 
-	for i := range 7 {
-		if errs[i] != nil || results[i].Bytes != size {
-			t.Fatalf("reader %d: %+v %v", i, results[i], errs[i])
-		}
-		got, _ := os.ReadFile(filepath.Join(dir, bufs[i]))
-		if sha256.Sum256(got) != want {
-			t.Errorf("reader %d: the buffer differs from the object", i)
-		}
-	}
+	checkReaders(t, dir, bufs, results, errs, size, want)
 	received := metricAt(t, d, "s3_received_bytes_total", "") - before
 	shared := metricAt(t, d, "gpu_shared_bytes_total", "")
 	t.Logf("received %v bytes from S3 for 8 reads of %d, the first killed; %v shared", received, size, shared)
@@ -283,6 +267,21 @@ func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	for i := n; i < len(got); i++ {
 		if got[i] != 0xEE && (i >= size || got[i] != obj[i]) {
 			t.Fatalf("the killed reader's buffer holds a wrong byte at %d (%d bytes landed whole)", i, n)
+		}
+	}
+}
+
+// checkReaders fails the test unless every reader read size bytes without
+// error and its stand-in buffer in dir holds the object (sha256 want).
+func checkReaders(t *testing.T, dir string, bufs []string, results []s3gds.Result, errs []error, size uint64, want [32]byte) {
+	t.Helper()
+	for i := range bufs {
+		if errs[i] != nil || results[i].Bytes != size {
+			t.Fatalf("reader %d: %+v %v", i, results[i], errs[i])
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, bufs[i]))
+		if sha256.Sum256(got) != want {
+			t.Errorf("reader %d: the buffer differs from the object", i)
 		}
 	}
 }

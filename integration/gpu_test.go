@@ -131,16 +131,7 @@ func TestGPUReadESTALEOpenAfterSeesTheNewVersionAtOnce(t *testing.T) {
 	mp, dir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = time.Hour // the kernel's entry, its attributes and the core's
 	})
-	// Listed first: the cached listing must not hand the old version back.
-	if _, err := os.ReadDir(filepath.Join(mp, "sub")); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(mp, "sub", "x.bin")
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	path, f := openListed(t, mp, "sub", "x.bin")
 	buf := hostBuffer(t, dir, "buf", oldSize, 0)
 	if res, err := s3gds.Read(f, hostRequest(buf, 0, 1<<20, 0)); err != nil || res.Bytes != 1<<20 {
 		t.Fatalf("GPU read before the replacement: %+v %v", res, err)

@@ -32,16 +32,7 @@ func TestOpenAfterESTALESeesTheNewVersionAtOnce(t *testing.T) {
 		c.Core.NoStream = true // ranged GETs, pinned with If-Match
 		// The default TTLs: a minute for the kernel's entry and attributes.
 	})
-	// Listed first: the cached listing must not hand the old version back.
-	if _, err := os.ReadDir(filepath.Join(mp, "sub")); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(mp, "sub", "x.bin")
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	path, f := openListed(t, mp, "sub", "x.bin")
 	head := make([]byte, 1<<20)
 	if _, err := io.ReadFull(f, head); err != nil {
 		t.Fatal(err)
@@ -271,4 +262,20 @@ func TestLookupsInADirectoryOverTheBoundListItOncePerTTL(t *testing.T) {
 		}
 		time.Sleep(time.Until(start.Add(ttl + 300*time.Millisecond)))
 	}
+}
+
+// openListed lists dir under mp and then opens name in it, closed when the
+// test ends: a cached listing must not hand an old version back to the open.
+func openListed(t *testing.T, mp, dir, name string) (string, *os.File) {
+	t.Helper()
+	if _, err := os.ReadDir(filepath.Join(mp, dir)); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mp, dir, name)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return path, f
 }

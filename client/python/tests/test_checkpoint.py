@@ -188,13 +188,20 @@ def test_mount_gpu_reads_are_counted_by_the_daemon(mount):
     assert json.dumps(before["counters"]) != json.dumps(after["counters"])
 
 
-def test_mount_sharded(mount, local):
+def load_sharded_and_compare(mount, local):
+    """Loads the 3-shard checkpoint through its index on the mount and checks
+    every tensor against safetensors' load of the local shards."""
     ref = {}
     for shard in sorted(glob.glob(os.path.join(local, "ckpt", "sharded", "*.safetensors"))):
         ref.update(st.load_file(shard))
     got, stats = s3gds.load_safetensors(
         os.path.join(mount, "ckpt", "sharded", "model.safetensors.index.json"), return_stats=True)
     assert_same(got, ref)
+    return got, stats
+
+
+def test_mount_sharded(mount, local):
+    got, stats = load_sharded_and_compare(mount, local)
     assert stats.method == "ioctl" and stats.data_reads == 3
     assert len(one_storage(got, stats)) == 1
     assert stats.transports["http"] == stats.data_bytes
@@ -248,12 +255,7 @@ def test_mount_large_sections_land_in_parallel_chunks(mount, local, monkeypatch)
 
     monkeypatch.setattr(checkpoint, "CHUNK_MIN", 4096)
     monkeypatch.setattr(checkpoint, "READERS", 3)
-    ref = {}
-    for shard in sorted(glob.glob(os.path.join(local, "ckpt", "sharded", "*.safetensors"))):
-        ref.update(st.load_file(shard))
-    got, stats = s3gds.load_safetensors(
-        os.path.join(mount, "ckpt", "sharded", "model.safetensors.index.json"), return_stats=True)
-    assert_same(got, ref)
+    got, stats = load_sharded_and_compare(mount, local)
     assert stats.method == "ioctl"
     assert stats.data_reads > 3, stats.data_reads
     assert stats.transports["http"] == stats.data_bytes

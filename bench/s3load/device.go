@@ -11,9 +11,10 @@ import (
 
 // deviceSink lands GET bodies in device memory the way the daemon's GPU
 // path does, without the daemon: each body is read into pinned slots of a
-// stager in the engine's shape (4 MiB slots, two per GET, 8 copy streams)
-// and each slot is copied to the worker's own device buffer. With copy
-// off the slots are filled and given back: the pinned destination alone.
+// stager in the engine's shape (by default the daemon's: 4 MiB slots, two
+// per GET, 8 copy streams) and each slot is copied to the worker's own
+// device buffer. With copy off the slots are filled and given back: the
+// pinned destination alone.
 type deviceSink struct {
 	stager   cufile.Stager
 	bufs     []cufile.Allocation // one per worker
@@ -22,13 +23,32 @@ type deviceSink struct {
 
 const deviceSlotSize = 4 << 20
 
-func newDeviceSink(device, workers int, bufSize int64, toDevice bool) (*deviceSink, error) {
+// stagingShape is the stager's shape, so that the design's bound can be
+// measured at other shapes than the daemon's.
+type stagingShape struct {
+	slotSize, perGet, copyStreams int
+}
+
+func (s stagingShape) check() error {
+	switch {
+	case s.slotSize < 64<<10 || s.slotSize > 1<<30:
+		return fmt.Errorf("--slot-size %d: between 65536 and 1073741824 bytes", s.slotSize)
+	case s.perGet < 1 || s.perGet > 64:
+		return fmt.Errorf("--slots-per-get %d: from 1 to 64", s.perGet)
+	case s.copyStreams < 1 || s.copyStreams > 1024:
+		return fmt.Errorf("--copy-streams %d: from 1 to 1024", s.copyStreams)
+	}
+	return nil
+}
+
+func newDeviceSink(device, workers int, bufSize int64, toDevice bool, shape stagingShape) (*deviceSink, error) {
 	backend, err := cufile.NewCUDA()
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)
 	}
+	// Every worker's slots, and a few to spare.
 	st, err := backend.NewStager(device, cufile.StagerConfig{
-		SlotSize: deviceSlotSize, Slots: 2*workers + 8, Streams: 8, PerCopier: 2,
+		SlotSize: shape.slotSize, Slots: shape.perGet*workers + 8, Streams: shape.copyStreams, PerCopier: shape.perGet,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)

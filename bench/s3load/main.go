@@ -4,7 +4,8 @@
 //
 //	s3load put --endpoint URL --bucket B --prefix P --count N --size BYTES [--seed S]
 //	s3load get --endpoint URL --bucket B --keys k1,k2,... --workers W [--seconds T]
-//	           [--ring N | --device GPU [--device-copy=false]] [--part BYTES] [--read-buffer BYTES]
+//	           [--ring N | --device GPU [--device-copy=false] [--slot-size BYTES] [--slots-per-get N]
+//	           [--copy-streams N]] [--part BYTES] [--read-buffer BYTES]
 //
 // With --device each body lands in a device buffer of its worker through
 // pinned slots, as the daemon's GPU path does (device.go): the bound of that
@@ -148,7 +149,14 @@ func get(args []string) error {
 	device := fs.Int("device", -1, "land each body in a device buffer of its worker on this GPU, through pinned slots as the daemon's GPU path does (-1: host memory only)")
 	deviceCopy := fs.Bool("device-copy", true, "with --device, copy the slots to the device (false: fill the pinned slots only)")
 	readBuffer := fs.Int("read-buffer", 0, "the HTTP connection's read buffer in bytes (0: Go's default; the daemon's is 262144)")
+	var shape stagingShape
+	fs.IntVar(&shape.slotSize, "slot-size", 4<<20, "with --device, bytes per pinned slot (the daemon's --staging-slot-size)")
+	fs.IntVar(&shape.perGet, "slots-per-get", 2, "with --device, slots each GET cycles through (the daemon's --staging-per-copier)")
+	fs.IntVar(&shape.copyStreams, "copy-streams", 8, "with --device, CUDA streams the GETs' copies share")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := shape.check(); err != nil {
 		return err
 	}
 	if *part < 0 {
@@ -174,7 +182,7 @@ func get(args []string) error {
 		if err != nil {
 			return err
 		}
-		if sink, err = newDeviceSink(*device, *workers, size, *deviceCopy); err != nil {
+		if sink, err = newDeviceSink(*device, *workers, size, *deviceCopy, shape); err != nil {
 			return err
 		}
 		defer sink.Close()

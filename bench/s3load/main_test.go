@@ -71,6 +71,15 @@ func TestPlanGetsCoversEveryObjectOnce(t *testing.T) {
 // mapped file), refuses a body larger than the buffer, and with copy off
 // fills slots without touching the buffer.
 func TestDeviceSinkLandsEveryByte(t *testing.T) {
+	for _, cfg := range []cufile.StagerConfig{
+		{SlotSize: deviceSlotSize, Slots: 4, Streams: 2, PerCopier: 2},
+		{SlotSize: 64 << 10, Slots: 5, Streams: 1, PerCopier: 3},
+	} {
+		t.Run(fmt.Sprintf("slots_%d_x%d", cfg.SlotSize, cfg.PerCopier), func(t *testing.T) { deviceSinkLandsEveryByte(t, cfg) })
+	}
+}
+
+func deviceSinkLandsEveryByte(t *testing.T, cfg cufile.StagerConfig) {
 	dir := t.TempDir()
 	const bufSize = 16 << 20
 	if err := os.WriteFile(filepath.Join(dir, "buf"), make([]byte, bufSize), 0o600); err != nil {
@@ -86,7 +95,7 @@ func TestDeviceSinkLandsEveryByte(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := backend.NewStager(0, cufile.StagerConfig{SlotSize: deviceSlotSize, Slots: 4, Streams: 2, PerCopier: 2})
+	st, err := backend.NewStager(0, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +134,24 @@ func TestDeviceSinkLandsEveryByte(t *testing.T) {
 	sink.toDevice = true
 	if _, err := sink.read(0, bytes.NewReader(make([]byte, bufSize+1))); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("a body larger than the buffer: %v", err)
+	}
+}
+
+// A staging shape out of range is refused before anything is opened, with
+// the flag named.
+func TestDeviceShapeFlagsNameTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--slot-size", "1000"}, "--slot-size 1000"},
+		{[]string{"--slots-per-get", "0"}, "--slots-per-get 0"},
+		{[]string{"--copy-streams", "-1"}, "--copy-streams -1"},
+	} {
+		err := get(append([]string{"--endpoint", "http://127.0.0.1:1", "--bucket", "b", "--keys", "a", "--device", "0"}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %q", c.args, err, c.want)
+		}
 	}
 }
 

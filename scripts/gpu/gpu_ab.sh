@@ -7,8 +7,11 @@
 #   is set in that daemon's environment.
 #   RING=N adds raw GETs into a ring of N 1 MiB buffers per worker (s3load --ring).
 #   DEVICE_RAW=1 adds s3load landing the bodies in device memory through pinned slots as the daemon
-#   does, without the daemon (--device 0), the same with the slots filled and not copied
-#   (--device-copy=false), and raw GETs with the daemon's 256 KiB connection buffer.
+#   does, without the daemon (--device 0), and the same with the slots filled and not copied
+#   (--device-copy=false).
+#   RAWS: more raw references, one per line, "NAME s3load get flags...", e.g.
+#   "dev-1m --device 0 --slot-size 1048576 --slots-per-get 4" (endpoint, bucket, keys, workers
+#   and seconds are given).
 #   COUNT objects (16); DISTINCT=1: no two threads read one object at once (COUNT >= threads);
 #   PROFILE=0: no CPU profiles (profiling costs the variants of round 0 a little).
 # Writes ab.json and ab.txt, and the daemons' CPU profiles of round 0 in prof.tgz, under $OUT.
@@ -38,8 +41,10 @@ mkdir -p "$OUT/prof"
 raws=(--raw "raw=--endpoint $EP --bucket bench")
 [ -n "${RING:-}" ] && raws+=(--raw "raw-ring$RING=--endpoint $EP --bucket bench --ring $RING")
 [ -n "${DEVICE_RAW:-}" ] && raws+=(--raw "raw-device=--endpoint $EP --bucket bench --device 0" \
-  --raw "raw-pinned=--endpoint $EP --bucket bench --device 0 --device-copy=false" \
-  --raw "raw-rb256k=--endpoint $EP --bucket bench --read-buffer 262144")
+  --raw "raw-pinned=--endpoint $EP --bucket bench --device 0 --device-copy=false")
+while read -r name flags; do
+  [ -n "$name" ] && raws+=(--raw "$name=--endpoint $EP --bucket bench $flags")
+done <<< "${RAWS:-}"
 PYTHONUNBUFFERED=1 python3 scripts/gpu/gpu_ab.py "${args[@]}" "${raws[@]}" \
   --manifest "$OUT/big.json" --procs "$PROCS" --seconds "$SECS" --rounds "$ROUNDS" --vgw-pid "$VGW" \
   --s3load "$BIN/s3load" --out "$OUT/ab.json" ${DISTINCT:+--distinct} \

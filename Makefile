@@ -168,12 +168,19 @@ posix-bundle: gpu-bundle bench-deps
 # script mounts fusectl, without which TestAbort hangs, and skips TestAbort
 # and TestReconnectByFileHandle where it cannot).
 # GOFUSE_SKIP: upstream tests that cannot run here, by name (-skip), with why.
-# None in a plain run; under the race detector:
-# - TestForget drops the dentry cache and gives the kernel's FORGETs 10 ms to
-#   arrive; under the race detector on 2 CPUs they come later (thousands of
-#   nodes still live at the check, v2.12.1 unpatched as well).
-GOFUSE_SKIP      :=
-GOFUSE_RACE_SKIP := ^TestForget$$
+# - TestForget and TestOnForget give the kernel's FORGETs 10 ms and 1 ms to
+#   arrive; on 2 CPUs they often come later (TestForget: 78-1281 nodes still
+#   live at the check in 3 of 10 plain runs on kernel 6.18, always under the
+#   race detector; TestOnForget once in a full run; v2.12.1 unpatched as well).
+# - TestReadResultPipeSpliceMove's page_cache case asserts that the kernel
+#   takes a backing file's pages out of the page cache when a reply is
+#   spliced with SPLICE_F_MOVE; kernel 6.18 on a disk-backed TMPDIR leaves
+#   all 8 MiB cached (the test skips itself on tmpfs): the kernel's property,
+#   not go-fuse's. One -skip cannot name a subtest beside another test, so
+#   the test is skipped whole; its other cases cover ReadResultPipeFlags,
+#   which s3gdsfs does not call.
+GOFUSE_SKIP      := ^(TestForget|TestOnForget|TestReadResultPipeSpliceMove)$$
+GOFUSE_RACE_SKIP := $(GOFUSE_SKIP)
 
 test: deps go-fuse-check preload test-python
 	$(GO) vet ./...

@@ -143,13 +143,16 @@ func (s *stager) destroy() error {
 }
 
 func (s *stager) AcquireSlot(ctx context.Context) (*Slot, error) {
-	return s.acquire(ctx, nil)
+	return s.acquire(ctx, nil, nil)
 }
 
-// acquire takes a free slot. When none is free it reclaims slots whose
-// copies completed; failing that, one acquirer blocks on the oldest copy
-// while the others wait for a change.
-func (s *stager) acquire(ctx context.Context, waited *atomic.Int64) (*Slot, error) {
+// acquire takes a free slot, the one freed last. With own, the acquiring
+// copier's stream, it first takes back that stream's completed copies, so
+// that the free slots on top are those the CPU and the copy engine touched
+// last, still in the CPU's cache. When none is free it reclaims every
+// stream; failing that, one acquirer blocks on the oldest copy while the
+// others wait for a change.
+func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStream) (*Slot, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -158,6 +161,9 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64) (*Slot, erro
 		if s.closed {
 			s.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if own != nil && len(own.copying) > 0 {
+			s.reclaimStreamsLocked([]*copyStream{own})
 		}
 		if len(s.free) == 0 {
 			s.reclaimLocked()
@@ -225,11 +231,15 @@ func (s *stager) reclaimLocked() {
 	for _, st := range s.streams {
 		busy = busy || len(st.copying) > 0
 	}
-	if !busy {
-		return
+	if busy {
+		s.reclaimStreamsLocked(s.streams)
 	}
+}
+
+// reclaimStreamsLocked returns to the ring the completed copies of streams.
+func (s *stager) reclaimStreamsLocked(streams []*copyStream) {
 	err := s.dev.run(func() error {
-		for _, st := range s.streams {
+		for _, st := range streams {
 			for len(st.copying) > 0 {
 				head := st.copying[0]
 				done, err := s.dev.fenceDone(head.fence)
@@ -251,7 +261,7 @@ func (s *stager) reclaimLocked() {
 	if err != nil {
 		// The device cannot be made current: no copy on it can be
 		// waited for, so give the slots back and report on Sync.
-		for _, st := range s.streams {
+		for _, st := range streams {
 			if len(st.copying) > 0 {
 				st.noteErr(err)
 			}
@@ -407,6 +417,14 @@ type copier struct {
 	// memory still in the CPU's cache rather than in the coldest slot of
 	// the ring.
 	mine []*Slot
+	// last and lastSeq are the slot this copier enqueued last and its
+	// enqueue order: on a stream shared with other copiers, waiting for it
+	// waits for every copy of this copier and none queued after it.
+	last    *Slot
+	lastSeq uint64
+	// unfenced: a device-to-device copy was enqueued after last, with no
+	// fence of its own, so only a stream synchronisation covers it.
+	unfenced bool
 }
 
 func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
@@ -416,7 +434,11 @@ func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
 	if slot, err := c.reuse(ctx); slot != nil || err != nil {
 		return slot, err
 	}
-	return c.s.acquire(ctx, &c.waited)
+	var own *copyStream
+	if c.s.cfg.PerCopier <= 0 {
+		own = c.stream // a shared pool: keep its top hot
+	}
+	return c.s.acquire(ctx, &c.waited, own)
 }
 
 // reuse takes back this copier's oldest slot once its copy is complete,
@@ -531,6 +553,7 @@ func (c *copier) copyingLocked(slot *Slot) {
 	if s.cfg.PerCopier > 0 {
 		c.mine = append(c.mine, slot)
 	}
+	c.last, c.lastSeq, c.unfenced = slot, slot.seq, false
 	s.notifyLocked()
 }
 
@@ -604,6 +627,7 @@ func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, 
 	if n == 0 {
 		return nil
 	}
+	c.unfenced = true
 	return s.dev.run(func() error {
 		return s.dev.copyDtoDAsync(c.stream.handle, src, srcOff, dst, dstOff, uint64(n))
 	})
@@ -650,7 +674,14 @@ func (c *copier) Sync() error {
 func (c *copier) sync() error {
 	s := c.s
 	start := time.Now()
-	err := s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+	fence, whole := c.syncTarget()
+	var err error
+	switch {
+	case whole:
+		err = s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+	case fence != 0:
+		err = s.dev.run(func() error { return s.dev.waitFence(fence) })
+	}
 	addSince(&c.waited, start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -660,6 +691,30 @@ func (c *copier) sync() error {
 		err = seen
 	}
 	return err
+}
+
+// syncTarget says what sync waits for. A stream of the copier's own (one
+// copier per stream, or slots of its own) is synchronised whole. On a stream
+// shared by a pool's copiers, the copier's last slot's fence is enough (a
+// stream runs in order) and waits for no other copier's copies queued
+// behind it; no fence (0, false) means that slot is already back, its copy
+// complete.
+func (c *copier) syncTarget() (fence uintptr, whole bool) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.PerCopier > 0 || c.unfenced || c.stream.users <= 1 {
+		return 0, true
+	}
+	if c.last == nil {
+		return 0, false
+	}
+	if c.last.state == slotCopying && c.last.seq == c.lastSeq {
+		// Should the slot come back and be copied again before the
+		// wait, the wait is for a later copy: longer, never too short.
+		return c.last.fence, false
+	}
+	return 0, false
 }
 
 func (c *copier) Close() error {

@@ -343,11 +343,14 @@ func TestStagerConfig(t *testing.T) {
 
 // A copier with slots of its own fills only those, once their copies have
 // landed, however large the ring: its bytes keep landing in the same few
-// buffers. Without PerCopier the same copier walks the whole ring.
+// buffers. Without PerCopier the ring is a pool whose slot freed last is
+// taken first: a copier whose copies have landed before it asks again
+// (syncEach) refills the one slot it used, not the next of the ring.
 func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 	for _, tc := range []struct {
 		perCopier, wantMaxDistinct int
-	}{{2, 2}, {3, 3}, {0, 8}} {
+		syncEach                   bool
+	}{{2, 2, false}, {3, 3, false}, {0, 1, true}} {
 		t.Run(fmt.Sprintf("per-copier=%d", tc.perCopier), func(t *testing.T) {
 			b, dir := standin(t)
 			b.copyDelay = 200 * time.Microsecond
@@ -375,6 +378,11 @@ func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 				if err := c.CopyAsync(slot, slotSize, a, uint64(i*slotSize)); err != nil {
 					t.Fatal(err)
 				}
+				if tc.syncEach {
+					if err := c.Sync(); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
@@ -382,11 +390,8 @@ func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 			if fileSum(t, path) != sha256.Sum256(data) {
 				t.Fatal("destination differs from what was copied")
 			}
-			if tc.perCopier > 0 && len(seen) > tc.wantMaxDistinct {
+			if len(seen) > tc.wantMaxDistinct {
 				t.Fatalf("copier filled %d distinct slots, want at most %d", len(seen), tc.wantMaxDistinct)
-			}
-			if tc.perCopier == 0 && len(seen) != tc.wantMaxDistinct {
-				t.Fatalf("without slots of its own the copier filled %d distinct slots, want the whole ring (%d)", len(seen), tc.wantMaxDistinct)
 			}
 			// Every slot is back in the ring once the copier closed.
 			var held []*Slot
@@ -499,5 +504,68 @@ func TestCopierGivingUpWhileReusingKeepsNoSlot(t *testing.T) {
 	}
 	if held, _ := st.Busy(); held != 0 {
 		t.Fatalf("%d slots held after the copier closed", held)
+	}
+}
+
+// In the pool, copiers share a stream and a small ring with copies lagging
+// behind. Each copier's Close waits for its own last copy, not the stream:
+// its destination must hold every byte it copied the moment Close returns,
+// while the others' copies are still queued on the same stream.
+func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
+	b, dir := standin(t)
+	b.copyDelay = 300 * time.Microsecond
+	const workers, chunks, slotSize = 4, 24, 4096
+	const region = chunks * slotSize
+	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 6, Streams: 1})
+	var holder [6]atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 1; w <= workers; w++ {
+		name := fmt.Sprintf("buf%d", w)
+		path := standinFile(t, dir, name, region, 0)
+		a, err := b.Import(0, nameHandle(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		data := pattern(region, uint64(w))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := st.NewCopier()
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := 0; i < region; i += slotSize {
+				slot, err := acquireWithin(c, 10*time.Second)
+				if err != nil {
+					errs <- errors.Join(err, c.Close())
+					return
+				}
+				if !holder[slot.index].CompareAndSwap(0, int32(w)) {
+					errs <- fmt.Errorf("slot %d handed to copier %d while copier %d holds it", slot.index, w, holder[slot.index].Load())
+					return
+				}
+				copy(slot.Buf, data[i:i+slotSize])
+				holder[slot.index].Store(0)
+				if err := c.CopyAsync(slot, slotSize, a, uint64(i)); err != nil {
+					errs <- errors.Join(err, c.Close())
+					return
+				}
+			}
+			if err := c.Close(); err != nil {
+				errs <- err
+				return
+			}
+			if fileSum(t, path) != sha256.Sum256(data) {
+				errs <- fmt.Errorf("copier %d: destination differs from what it copied once Close returned", w)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -117,9 +117,10 @@ type GPUConfig struct {
 	ReadTimeout time.Duration
 	Retries     int
 	// SlotSize and Slots size each device's pinned staging ring;
-	// PerCopier is how many slots each GET cycles through (below 0: none
-	// of its own, the ring's order).
-	SlotSize, Slots, PerCopier int
+	// PerCopier is how many slots of its own each GET cycles through (0:
+	// none, one pool shared by every GET, the slot freed last taken
+	// first); CopyStreams is how many device streams their copies go on.
+	SlotSize, Slots, PerCopier, CopyStreams int
 }
 
 // The GPU engine's defaults, for the mount's option table.
@@ -132,6 +133,7 @@ const (
 	DefaultStagingSlotSize  = rdmaread.DefaultSlotSize
 	DefaultStagingSlots     = rdmaread.DefaultSlots
 	DefaultStagingPerCopier = rdmaread.DefaultPerCopier
+	DefaultStagingStreams   = rdmaread.DefaultCopiers
 )
 
 // DefaultReadAhead: with 1 MiB of kernel readahead, a sequential reader's
@@ -222,6 +224,6 @@ func (c GPUConfig) engine() rdmaread.Config {
 		ReadTimeout:   c.ReadTimeout,
 		Retries:       c.Retries,
 		Share:         c.Share,
-		Staging:       cufile.StagerConfig{SlotSize: c.SlotSize, Slots: c.Slots, PerCopier: c.PerCopier},
+		Staging:       cufile.StagerConfig{SlotSize: c.SlotSize, Slots: c.Slots, PerCopier: c.PerCopier, Streams: c.CopyStreams},
 	}
 }

@@ -552,6 +552,47 @@ func TestRandomReadsUnderStoreFaults(t *testing.T) {
 	}
 }
 
+// GPU reads of fetches of their own (no sharing, the default) through the
+// staging pool while bodies fail, end early, stall or lie about their
+// length: slots of 64 KiB, so a read crosses many and a fault lands after
+// some of its copies are enqueued, and two copy streams that the GETs share.
+// Every delivered byte is checked against the object and a failed read
+// leaves nothing but the fill or the object's bytes in its destination,
+// and nothing past it.
+func TestGPUReadsOfTheirOwnUnderStoreFaults(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	objs := putFaultObjects(t, srv, "data", 3, 61)
+	var faulty *objstore.Faulty
+	mp, bufDir, d := faultMount(t, srv, "data", "", func(c *daemon.Config) {
+		c.GPU.Share = false
+		c.GPU.SlotSize = 64 << 10
+		c.GPU.Slots = 128
+		c.GPU.CopyStreams = 2
+		c.WrapStore = func(s objstore.Store) objstore.Store {
+			faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: 78, Rate: 0.3})
+			return faulty
+		}
+		c.Core.ReadTimeout = 500 * time.Millisecond
+		c.GPU.ReadTimeout = 500 * time.Millisecond
+	})
+	c := newTally()
+	start := time.Now()
+	faultWorkload(t, mp, bufDir, objs, 8, 240, 1, 5, c, onlyEIO)
+	t.Logf("store faults, GPU reads of their own: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
+	t.Logf("faults injected by the decorator: %s", objstore.SortedFaultCounts(faulty.Counts()))
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	if c.ok["gpu"] < 100 || c.ok["posix"] > 0 {
+		t.Errorf("want GPU reads only, most of them through: %s", c)
+	}
+	snap, _ := d.Metrics.Snapshot()
+	if shared, _ := snap["gpu_shared_bytes_total"].(float64); shared != 0 {
+		t.Errorf("%v bytes shared with sharing off", shared)
+	}
+}
+
 // A deleted object is gone at the next open once the cached name expires.
 func TestDeletedObjectIsENOENTAtNextOpen(t *testing.T) {
 	srv := testenv.Start(t)

@@ -54,10 +54,11 @@ type Config struct {
 	Share bool
 }
 
-// Defaults (docs/benchmarks.md, "GPU: parts by load and slots of their own"). Slots
-// are small and each GET's copier cycles through two of its own, so the
-// bytes a GET reads land in memory still in the CPU's cache; the ring holds
-// enough of them for every operation in flight to have its two.
+// Defaults (docs/benchmarks.md, "GPU: one pool of slots"). Slots are a
+// few MiB, in one pool per device that every GET takes from, the slot freed
+// last first, so the bytes a GET reads land in memory the CPU and the copy
+// engine touched last, still in the CPU's cache; the ring holds enough for
+// every operation in flight to have one filling and others copying.
 const (
 	DefaultStreams       = 8
 	DefaultTargetStreams = 8
@@ -67,7 +68,7 @@ const (
 	DefaultSlotSize      = 4 << 20
 	DefaultSlots         = 256
 	DefaultCopiers       = 8
-	DefaultPerCopier     = 2
+	DefaultPerCopier     = 0 // the pool; N: slots of each GET's own
 )
 
 func (c *Config) applyDefaults() {
@@ -98,10 +99,8 @@ func (c *Config) applyDefaults() {
 	if c.Staging.Streams <= 0 {
 		c.Staging.Streams = DefaultCopiers
 	}
-	if c.Staging.PerCopier == 0 {
+	if c.Staging.PerCopier < 0 {
 		c.Staging.PerCopier = DefaultPerCopier
-	} else if c.Staging.PerCopier < 0 {
-		c.Staging.PerCopier = 0 // the ring's order only
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 30 * time.Second

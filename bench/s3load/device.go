@@ -11,9 +11,9 @@ import (
 
 // deviceSink lands GET bodies in device memory the way the daemon's GPU
 // path does, without the daemon: each body is read into pinned slots of a
-// stager in the engine's shape (by default the daemon's: 4 MiB slots, two
-// per GET, 8 copy streams) and each slot is copied to the worker's own
-// device buffer. With copy off the slots are filled and given back: the
+// stager in the engine's shape (by default the daemon's: a pool of 4 MiB
+// slots shared by every GET, 8 copy streams) and each slot is copied to the
+// worker's own device buffer. With copy off the slots are filled and given back: the
 // pinned destination alone.
 type deviceSink struct {
 	stager   cufile.Stager
@@ -33,8 +33,8 @@ func (s stagingShape) check() error {
 	switch {
 	case s.slotSize < 64<<10 || s.slotSize > 1<<30:
 		return fmt.Errorf("--slot-size %d: between 65536 and 1073741824 bytes", s.slotSize)
-	case s.perGet < 1 || s.perGet > 64:
-		return fmt.Errorf("--slots-per-get %d: from 1 to 64", s.perGet)
+	case s.perGet < 0 || s.perGet > 64:
+		return fmt.Errorf("--slots-per-get %d: from 0 (a pool shared by every GET) to 64", s.perGet)
 	case s.copyStreams < 1 || s.copyStreams > 1024:
 		return fmt.Errorf("--copy-streams %d: from 1 to 1024", s.copyStreams)
 	}
@@ -46,9 +46,14 @@ func newDeviceSink(device, workers int, bufSize int64, toDevice bool, shape stag
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)
 	}
-	// Every worker's slots, and a few to spare.
+	// Every worker's slots, and a few to spare; a pool of the daemon's
+	// four slots per GET in flight.
+	perGet := shape.perGet
+	if perGet == 0 {
+		perGet = 4
+	}
 	st, err := backend.NewStager(device, cufile.StagerConfig{
-		SlotSize: shape.slotSize, Slots: shape.perGet*workers + 8, Streams: shape.copyStreams, PerCopier: shape.perGet,
+		SlotSize: shape.slotSize, Slots: perGet*workers + 8, Streams: shape.copyStreams, PerCopier: shape.perGet,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)

@@ -151,7 +151,7 @@ func get(args []string) error {
 	readBuffer := fs.Int("read-buffer", 0, "the HTTP connection's read buffer in bytes (0: Go's default; the daemon's is 262144)")
 	var shape stagingShape
 	fs.IntVar(&shape.slotSize, "slot-size", 4<<20, "with --device, bytes per pinned slot (the daemon's --staging-slot-size)")
-	fs.IntVar(&shape.perGet, "slots-per-get", 2, "with --device, slots each GET cycles through (the daemon's --staging-per-copier)")
+	fs.IntVar(&shape.perGet, "slots-per-get", 0, "with --device, slots each GET cycles through, 0 for a pool shared by every GET (the daemon's --staging-per-copier)")
 	fs.IntVar(&shape.copyStreams, "copy-streams", 8, "with --device, CUDA streams the GETs' copies share")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -145,7 +145,7 @@ func TestDeviceShapeFlagsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"--slot-size", "1000"}, "--slot-size 1000"},
-		{[]string{"--slots-per-get", "0"}, "--slots-per-get 0"},
+		{[]string{"--slots-per-get", "-1"}, "--slots-per-get -1"},
 		{[]string{"--copy-streams", "-1"}, "--copy-streams -1"},
 	} {
 		err := get(append([]string{"--endpoint", "http://127.0.0.1:1", "--bucket", "b", "--keys", "a", "--device", "0"}, c.args...))

@@ -49,6 +49,7 @@ type mountFlags struct {
 	declineIsError, gpuShare           bool
 	gpuStreams, stagingSlots, gpuOps   int
 	gpuTargetStreams, stagingPerCopier int
+	stagingStreams                     int
 	gpuBytes, rdmaChunk, gpuPart       sizeFlag
 	stagingSlotSize                    sizeFlag
 }
@@ -173,7 +174,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	for _, n := range []struct {
 		flag  string
 		value int
-	}{{"gpu-streams", mf.gpuStreams}, {"gpu-target-streams", mf.gpuTargetStreams}, {"gpu-max-ops", mf.gpuOps}, {"staging-slots", mf.stagingSlots}} {
+	}{{"gpu-streams", mf.gpuStreams}, {"gpu-target-streams", mf.gpuTargetStreams}, {"gpu-max-ops", mf.gpuOps}, {"staging-slots", mf.stagingSlots}, {"staging-streams", mf.stagingStreams}} {
 		if n.value < 1 {
 			return daemon.Config{}, usagef("--%s %d: at least 1", n.flag, n.value)
 		}
@@ -186,6 +187,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	}
 	if mf.stagingPerCopier < 0 || mf.stagingPerCopier > mf.stagingSlots {
 		return daemon.Config{}, usagef("--staging-per-copier %d: from 0 to --staging-slots (%d)", mf.stagingPerCopier, mf.stagingSlots)
+	}
+	if mf.stagingStreams > 64 {
+		return daemon.Config{}, usagef("--staging-streams %d: from 1 to 64", mf.stagingStreams)
 	}
 	if mf.rdmaChunk < 1<<20 || mf.rdmaChunk > 1<<30 {
 		return daemon.Config{}, usagef("--rdma-chunk %s: between 1MiB and 1GiB", mf.rdmaChunk.String())
@@ -264,7 +268,8 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			Retries:        zeroMeansNone(mf.retries),
 			SlotSize:       int(mf.stagingSlotSize),
 			Slots:          mf.stagingSlots,
-			PerCopier:      perCopier(mf.stagingPerCopier),
+			PerCopier:      mf.stagingPerCopier,
+			CopyStreams:    mf.stagingStreams,
 		},
 		Splice:      string(mf.splice),
 		ReadAhead:   int64(mf.readAhead),
@@ -544,12 +549,4 @@ func startInBackground(args []string, helperForm bool) error {
 		line = "the background mount exited before it was ready (use --log-file to see why)"
 	}
 	return errors.New(line)
-}
-
-// perCopier maps the flag's 0 (no slots of its own) to the engine's "off".
-func perCopier(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }

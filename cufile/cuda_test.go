@@ -433,12 +433,14 @@ func BenchmarkCUDAStagerCopy(bm *testing.B) {
 	}
 }
 
-// BenchmarkCUDACopyCost measures the daemon's side of the copy path in the
-// engine's shape (4 MiB slots, two per copier, one copier per goroutine,
-// 8 streams), with fences that spin and fences that sleep while waited
-// for. Slots are not filled, so the copies are the bottleneck and every
-// acquire waits: cpu-ns/slot is the process's CPU per slot (driver calls,
-// stager and waiting), call-ns/slot the time inside CopyAsync.
+// BenchmarkCUDACopyCost measures the daemon's side of the copy path: one
+// copier per goroutine, 8 streams, 1 GiB of pinned slots, in the pool
+// (ring=pool, the engine's default) or with two slots per copier
+// (ring=per-get), with slots of 1 and 4 MiB and fences that spin or sleep
+// while waited for. Slots are not filled, so the copies are the bottleneck
+// and acquires wait: cpu-ns/slot is the process's CPU per slot (driver
+// calls, stager and waiting), call-ns/slot the time inside CopyAsync,
+// acquire-ns/slot the time inside AcquireSlot.
 func BenchmarkCUDACopyCost(bm *testing.B) {
 	b := gpu(bm)
 	const perWorker = 256 << 20
@@ -446,46 +448,62 @@ func BenchmarkCUDACopyCost(bm *testing.B) {
 		name  string
 		flags uint32
 	}{{"spin", cuEventDisableTiming}, {"block", cuEventDisableTiming | cuEventBlockingSync}} {
-		for _, workers := range []int{1, 8} {
-			bm.Run(fmt.Sprintf("wait=%s/workers=%d", wait.name, workers), func(bm *testing.B) {
-				saved := fenceFlags
-				fenceFlags = wait.flags // read when the stager makes its fences
-				defer func() { fenceFlags = saved }()
-				cfg := StagerConfig{SlotSize: 4 << 20, Slots: 256, Streams: 8, PerCopier: 2}
-				st, err := b.NewStager(0, cfg)
-				if err != nil {
-					bm.Fatal(err)
+		for _, ring := range []struct {
+			name      string
+			perCopier int
+		}{{"pool", 0}, {"per-get", 2}} {
+			for _, slotSize := range []int{1 << 20, 4 << 20} {
+				for _, workers := range []int{1, 8, 64} {
+					name := fmt.Sprintf("wait=%s/ring=%s/slot=%dMiB/workers=%d", wait.name, ring.name, slotSize>>20, workers)
+					bm.Run(name, func(bm *testing.B) {
+						saved := fenceFlags
+						fenceFlags = wait.flags // read when the stager makes its fences
+						defer func() { fenceFlags = saved }()
+						cfg := StagerConfig{SlotSize: slotSize, Slots: (1 << 30) / slotSize, Streams: 8, PerCopier: ring.perCopier}
+						copyCost(bm, b, cfg, workers, perWorker)
+					})
 				}
-				defer st.Close()
-				allocs := make([]*cudaAllocation, workers)
-				for i := range allocs {
-					allocs[i] = deviceAlloc(bm, b, perWorker, 0)
-				}
-				bm.SetBytes(int64(workers) * perWorker)
-				var callNs, slots atomic.Int64
-				var ru0, ru1 unix.Rusage
-				_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
-				for bm.Loop() {
-					var wg sync.WaitGroup
-					for w := range workers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							copyCostWorker(bm, st, cfg.SlotSize, allocs[w], perWorker, &callNs, &slots)
-						}()
-					}
-					wg.Wait()
-				}
-				_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
-				cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-				bm.ReportMetric(float64(cpu)/float64(slots.Load()), "cpu-ns/slot")
-				bm.ReportMetric(float64(callNs.Load())/float64(slots.Load()), "call-ns/slot")
-			})
+			}
 		}
 	}
 }
 
-func copyCostWorker(bm *testing.B, st Stager, slotSize int, dst Allocation, n uint64, callNs, slots *atomic.Int64) {
+func copyCost(bm *testing.B, b *cudaBackend, cfg StagerConfig, workers int, perWorker uint64) {
+	st, err := b.NewStager(0, cfg)
+	if err != nil {
+		bm.Fatal(err)
+	}
+	defer st.Close()
+	allocs := make([]*cudaAllocation, workers)
+	for i := range allocs {
+		allocs[i] = deviceAlloc(bm, b, perWorker, 0)
+	}
+	bm.SetBytes(int64(workers) * int64(perWorker))
+	var t copyCostTimes
+	var ru0, ru1 unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	for bm.Loop() {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				copyCostWorker(bm, st, cfg.SlotSize, allocs[w], perWorker, &t)
+			}()
+		}
+		wg.Wait()
+	}
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+	slots := float64(t.slots.Load())
+	bm.ReportMetric(float64(cpu)/slots, "cpu-ns/slot")
+	bm.ReportMetric(float64(t.callNs.Load())/slots, "call-ns/slot")
+	bm.ReportMetric(float64(t.acquireNs.Load())/slots, "acquire-ns/slot")
+}
+
+type copyCostTimes struct{ callNs, acquireNs, slots atomic.Int64 }
+
+func copyCostWorker(bm *testing.B, st Stager, slotSize int, dst Allocation, n uint64, t *copyCostTimes) {
 	c, err := st.NewCopier()
 	if err != nil {
 		bm.Error(err)
@@ -497,17 +515,19 @@ func copyCostWorker(bm *testing.B, st Stager, slotSize int, dst Allocation, n ui
 		}
 	}()
 	for off := uint64(0); off < n; off += uint64(slotSize) {
+		t0 := time.Now()
 		slot, err := c.AcquireSlot(context.Background())
 		if err != nil {
 			bm.Error(err)
 			return
 		}
-		t0 := time.Now()
+		t1 := time.Now()
 		if err := c.CopyAsync(slot, slotSize, dst, off); err != nil {
 			bm.Error(err)
 			return
 		}
-		callNs.Add(int64(time.Since(t0)))
-		slots.Add(1)
+		t.acquireNs.Add(int64(t1.Sub(t0)))
+		t.callNs.Add(int64(time.Since(t1)))
+		t.slots.Add(1)
 	}
 }

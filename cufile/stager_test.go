@@ -438,23 +438,8 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			off := uint64((w - 1) * region)
-			for i := 0; i < region; i += slotSize {
-				slot, err := acquireWithin(c, 10*time.Second)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if !holder[slot.index].CompareAndSwap(0, int32(w)) {
-					errs <- fmt.Errorf("slot %d handed to worker %d while worker %d holds it", slot.index, w, holder[slot.index].Load())
-					return
-				}
-				copy(slot.Buf, data[i:i+slotSize])
-				holder[slot.index].Store(0)
-				if err := c.CopyAsync(slot, slotSize, a, off+uint64(i)); err != nil {
-					errs <- err
-					return
-				}
+			if err := copySlotBySlot(c, holder[:], w, data, slotSize, a, uint64((w-1)*region)); err != nil {
+				errs <- err
 			}
 		}()
 	}
@@ -537,22 +522,9 @@ func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
 				errs <- err
 				return
 			}
-			for i := 0; i < region; i += slotSize {
-				slot, err := acquireWithin(c, 10*time.Second)
-				if err != nil {
-					errs <- errors.Join(err, c.Close())
-					return
-				}
-				if !holder[slot.index].CompareAndSwap(0, int32(w)) {
-					errs <- fmt.Errorf("slot %d handed to copier %d while copier %d holds it", slot.index, w, holder[slot.index].Load())
-					return
-				}
-				copy(slot.Buf, data[i:i+slotSize])
-				holder[slot.index].Store(0)
-				if err := c.CopyAsync(slot, slotSize, a, uint64(i)); err != nil {
-					errs <- errors.Join(err, c.Close())
-					return
-				}
+			if err := copySlotBySlot(c, holder[:], w, data, slotSize, a, 0); err != nil {
+				errs <- errors.Join(err, c.Close())
+				return
 			}
 			if err := c.Close(); err != nil {
 				errs <- err
@@ -568,4 +540,25 @@ func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// copySlotBySlot copies data to dst at off through c, a slot at a time,
+// checking in holder (one entry per slot of the ring) that no slot is handed
+// to copier w while another holds it.
+func copySlotBySlot(c Copier, holder []atomic.Int32, w int, data []byte, slotSize int, dst Allocation, off uint64) error {
+	for i := 0; i < len(data); i += slotSize {
+		slot, err := acquireWithin(c, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		if !holder[slot.index].CompareAndSwap(0, int32(w)) {
+			return fmt.Errorf("slot %d handed to copier %d while copier %d holds it", slot.index, w, holder[slot.index].Load())
+		}
+		n := copy(slot.Buf[:slotSize], data[i:])
+		holder[slot.index].Store(0)
+		if err := c.CopyAsync(slot, n, dst, off+uint64(i)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

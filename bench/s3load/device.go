@@ -13,8 +13,8 @@ import (
 // path does, without the daemon: each body is read into pinned slots of a
 // stager in the engine's shape (by default the daemon's: a pool of 4 MiB
 // slots shared by every GET, 8 copy streams) and each slot is copied to the
-// worker's own device buffer. With copy off the slots are filled and given back: the
-// pinned destination alone.
+// worker's own device buffer. With copy off the slots are filled and given
+// back: the pinned destination alone.
 type deviceSink struct {
 	stager   cufile.Stager
 	bufs     []cufile.Allocation // one per worker

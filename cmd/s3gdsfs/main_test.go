@@ -105,6 +105,9 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "-1us", mp}, "--fuse-poll"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--fuse-poll", "1s", mp}, "--fuse-poll"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "fuse_poll=soon", mp}, "fuse_poll"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-streams", "0", mp}, "--staging-streams 0"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-streams", "65", mp}, "--staging-streams 65"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-per-copier", "-1", mp}, "--staging-per-copier -1"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
@@ -126,6 +129,19 @@ func mountConfig(t *testing.T, args ...string) daemon.Config {
 		t.Fatalf("%v: %v", args, err)
 	}
 	return cfg
+}
+
+// The staging flags reach the GPU engine's configuration; the default is
+// the pool shared by every GET (PerCopier 0).
+func TestStagingFlagsReachTheEngine(t *testing.T) {
+	def := mountConfig(t, "--endpoint", "http://127.0.0.1:1").GPU
+	if def.PerCopier != 0 || def.CopyStreams != daemon.DefaultStagingStreams {
+		t.Errorf("defaults: per-copier %d, copy streams %d; want 0 and %d", def.PerCopier, def.CopyStreams, daemon.DefaultStagingStreams)
+	}
+	got := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--staging-per-copier", "2", "-o", "staging_streams=3").GPU
+	if got.PerCopier != 2 || got.CopyStreams != 3 {
+		t.Errorf("--staging-per-copier 2 -o staging_streams=3: per-copier %d, copy streams %d", got.PerCopier, got.CopyStreams)
+	}
 }
 
 func TestDirectIOFlagForms(t *testing.T) {

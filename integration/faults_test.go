@@ -517,6 +517,26 @@ func checkBound(t *testing.T, c *tally) {
 	}
 }
 
+// storeFaultMount is faultMount of bucket "data" with the Faulty decorator
+// between the daemon and minio-go, failing 30% of calls (seeded), and
+// half-second stall bounds; tune, when given, adjusts the rest.
+func storeFaultMount(t *testing.T, srv *testenv.Server, seed uint64, tune func(*daemon.Config)) (string, string, *daemon.Daemon, *objstore.Faulty) {
+	t.Helper()
+	var faulty *objstore.Faulty
+	mp, bufDir, d := faultMount(t, srv, "data", "", func(c *daemon.Config) {
+		c.WrapStore = func(s objstore.Store) objstore.Store {
+			faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: seed, Rate: 0.3})
+			return faulty
+		}
+		c.Core.ReadTimeout = 500 * time.Millisecond
+		c.GPU.ReadTimeout = 500 * time.Millisecond
+		if tune != nil {
+			tune(c)
+		}
+	})
+	return mp, bufDir, d, faulty
+}
+
 // The same through the Faulty decorator between the daemon and minio-go:
 // besides errors, early ends and stalls, bodies lie about their length,
 // shorter or longer than the range, which the read paths must catch.
@@ -524,15 +544,7 @@ func TestRandomReadsUnderStoreFaults(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	objs := putFaultObjects(t, srv, "data", 3, 60)
-	var faulty *objstore.Faulty
-	mp, bufDir, _ := faultMount(t, srv, "data", "", func(c *daemon.Config) {
-		c.WrapStore = func(s objstore.Store) objstore.Store {
-			faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: 77, Rate: 0.3})
-			return faulty
-		}
-		c.Core.ReadTimeout = 500 * time.Millisecond
-		c.GPU.ReadTimeout = 500 * time.Millisecond
-	})
+	mp, bufDir, _, faulty := storeFaultMount(t, srv, 77, nil)
 	c := newTally()
 	start := time.Now()
 	faultWorkload(t, mp, bufDir, objs, 12, 500, 3, 4, c, onlyEIO)
@@ -563,18 +575,11 @@ func TestGPUReadsOfTheirOwnUnderStoreFaults(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	objs := putFaultObjects(t, srv, "data", 3, 61)
-	var faulty *objstore.Faulty
-	mp, bufDir, d := faultMount(t, srv, "data", "", func(c *daemon.Config) {
+	mp, bufDir, d, faulty := storeFaultMount(t, srv, 78, func(c *daemon.Config) {
 		c.GPU.Share = false
 		c.GPU.SlotSize = 64 << 10
 		c.GPU.Slots = 128
 		c.GPU.CopyStreams = 2
-		c.WrapStore = func(s objstore.Store) objstore.Store {
-			faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: 78, Rate: 0.3})
-			return faulty
-		}
-		c.Core.ReadTimeout = 500 * time.Millisecond
-		c.GPU.ReadTimeout = 500 * time.Millisecond
 	})
 	c := newTally()
 	start := time.Now()

@@ -48,7 +48,12 @@ type stagerDevice interface {
 // copyStream is one stream of the pool. A stream runs its copies in order,
 // so its slots complete in the order of its copying queue.
 type copyStream struct {
-	handle  uintptr
+	handle uintptr
+	// enqueue orders the driver calls that enqueue copies on this stream
+	// with their entries in copying, without holding the stager's lock
+	// through the calls: GETs on other streams go on meanwhile.
+	enqueue sync.Mutex
+	// The fields below are the stager's, under its lock.
 	users   int     // open copiers on this stream
 	copying []*Slot // oldest first
 	err     error   // asynchronous failure seen while reclaiming, for the next Sync
@@ -157,16 +162,18 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if own != nil {
+			s.reclaim(own)
+		}
 		s.mu.Lock()
+		if len(s.free) == 0 && !s.closed {
+			s.mu.Unlock()
+			s.reclaim(s.streams...)
+			s.mu.Lock()
+		}
 		if s.closed {
 			s.mu.Unlock()
 			return nil, ErrClosed
-		}
-		if own != nil && len(own.copying) > 0 {
-			s.reclaimStreamsLocked([]*copyStream{own})
-		}
-		if len(s.free) == 0 {
-			s.reclaimLocked()
 		}
 		if n := len(s.free); n > 0 {
 			slot := s.free[n-1]
@@ -187,12 +194,9 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 			if err != nil {
 				s.failOldestLocked(oldest, err)
 			}
-			if !s.closed {
-				s.reclaimLocked()
-			}
 			s.notifyLocked()
 			s.mu.Unlock()
-			continue
+			continue // the next round takes it back
 		}
 		changed := s.changed
 		s.mu.Unlock()
@@ -224,52 +228,99 @@ func (s *stager) freeLocked(slot *Slot) {
 	s.free = append(s.free, slot)
 }
 
-// reclaimLocked returns to the ring every slot whose copy has completed,
-// querying only the head of each stream's queue until one is still busy.
-func (s *stager) reclaimLocked() {
-	busy := false
-	for _, st := range s.streams {
-		busy = busy || len(st.copying) > 0
-	}
-	if busy {
-		s.reclaimStreamsLocked(s.streams)
-	}
-}
+// reclaimHeads is how many copies of a stream one reclaim looks at.
+const reclaimHeads = 8
 
-// reclaimStreamsLocked returns to the ring the completed copies of streams.
-func (s *stager) reclaimStreamsLocked(streams []*copyStream) {
-	err := s.dev.run(func() error {
-		for _, st := range streams {
-			for len(st.copying) > 0 {
-				head := st.copying[0]
-				done, err := s.dev.fenceDone(head.fence)
+// reclaim returns to the ring the completed copies at the heads of streams.
+// It queries their fences outside the stager's lock, so that copiers on
+// other streams are not held up by the driver; a copy is taken back only if
+// its slot is still its stream's head with the same copy once the lock is
+// taken again (another reclaim may have taken it first).
+func (s *stager) reclaim(streams ...*copyStream) {
+	type head struct {
+		slot *Slot
+		seq  uint64
+		err  error
+	}
+	type look struct {
+		st    *copyStream
+		heads []head
+		done  int
+	}
+	var looks []look
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	for _, st := range streams {
+		if len(st.copying) == 0 {
+			continue
+		}
+		l := look{st: st}
+		for _, slot := range st.copying[:min(len(st.copying), reclaimHeads)] {
+			l.heads = append(l.heads, head{slot: slot, seq: slot.seq})
+		}
+		looks = append(looks, l)
+	}
+	s.mu.Unlock()
+	if len(looks) == 0 {
+		return
+	}
+	runErr := s.dev.run(func() error {
+		for i := range looks {
+			l := &looks[i]
+			for l.done < len(l.heads) {
+				h := &l.heads[l.done]
+				done, err := s.dev.fenceDone(h.slot.fence)
 				if err != nil {
 					// The copy failed: the slot is free to reuse and
 					// the stream's next Sync reports the failure.
-					st.noteErr(err)
-					done = true
+					h.err, done = err, true
 				}
 				if !done {
 					break
 				}
-				st.copying = st.copying[1:]
-				s.freeLocked(head)
+				l.done++
 			}
 		}
 		return nil
 	})
-	if err != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if runErr != nil {
 		// The device cannot be made current: no copy on it can be
 		// waited for, so give the slots back and report on Sync.
-		for _, st := range streams {
+		for _, l := range looks {
+			st := l.st
 			if len(st.copying) > 0 {
-				st.noteErr(err)
+				st.noteErr(runErr)
 			}
 			for _, slot := range st.copying {
 				s.freeLocked(slot)
 			}
 			st.copying = nil
 		}
+		s.notifyLocked()
+		return
+	}
+	freed := false
+	for _, l := range looks {
+		st := l.st
+		for _, h := range l.heads[:l.done] {
+			if len(st.copying) == 0 || st.copying[0] != h.slot || h.slot.seq != h.seq {
+				continue // taken back by another reclaim meanwhile
+			}
+			if h.err != nil {
+				st.noteErr(h.err)
+			}
+			st.copying = st.copying[1:]
+			s.freeLocked(h.slot)
+			freed = true
+		}
+	}
+	if freed {
+		s.notifyLocked()
 	}
 }
 
@@ -334,11 +385,9 @@ func (s *stager) release(slot *Slot) {
 }
 
 func (s *stager) Busy() (held, copying int) {
+	s.reclaim(s.streams...) // copies that completed are not busy
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed {
-		s.reclaimLocked() // copies that completed are not busy
-	}
 	for _, slot := range s.slots {
 		switch slot.state {
 		case slotHeld:
@@ -460,25 +509,26 @@ func (c *copier) reuse(ctx context.Context) (*Slot, error) {
 			c.mine = c.mine[1:]
 			continue
 		}
+		// Ask or wait outside the lock: other copiers go on meanwhile.
+		wait, seq := len(c.mine) >= depth, slot.seq
+		s.mu.Unlock()
+		start := time.Now()
 		var done bool
-		var err error
-		if len(c.mine) >= depth {
-			// Wait outside the lock: other copiers go on meanwhile.
-			s.mu.Unlock()
-			start := time.Now()
-			err = s.dev.run(func() error { return s.dev.waitFence(slot.fence) })
-			addSince(&c.waited, start)
-			s.mu.Lock()
-			if slot.copier != c || slot.state != slotCopying {
-				continue // reclaimed by the ring meanwhile: look again
+		err := s.dev.run(func() error {
+			if wait {
+				return s.dev.waitFence(slot.fence)
 			}
+			var qerr error
+			done, qerr = s.dev.fenceDone(slot.fence)
+			return qerr
+		})
+		if wait {
+			addSince(&c.waited, start)
 			done = err == nil
-		} else {
-			err = s.dev.run(func() error {
-				var qerr error
-				done, qerr = s.dev.fenceDone(slot.fence)
-				return qerr
-			})
+		}
+		s.mu.Lock()
+		if slot.copier != c || slot.state != slotCopying || slot.seq != seq {
+			continue // reclaimed by the ring meanwhile: look again
 		}
 		if err != nil {
 			// Leave it to the ring's reclaim, which reports the failure.
@@ -508,27 +558,37 @@ func (c *copier) WaitNanos() int64 { return c.waited.Load() }
 func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) error {
 	s := c.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.ownsLocked(slot, slotHeld) {
+		s.mu.Unlock()
 		return errors.New("cufile: CopyAsync of a slot not held from this stager")
 	}
+	s.mu.Unlock()
+	// The slot is held: nothing but this caller changes it until the copy
+	// is recorded, and the stager does not close under a held slot.
 	err := c.checkCopy(slot, n, dst, dstOff)
 	if err == nil && n > 0 {
-		// Enqueued under the lock so that each stream's queue is in the
-		// stream's own order.
-		if err = c.enqueueLocked(slot, slot.Buf[:n], dst, dstOff); err == nil {
+		st := c.stream
+		st.enqueue.Lock()
+		if err = c.enqueue(slot, slot.Buf[:n], dst, dstOff); err == nil {
+			s.mu.Lock()
 			c.copyingLocked(slot)
+			s.mu.Unlock()
+		}
+		st.enqueue.Unlock()
+		if err == nil {
 			return nil
 		}
 	}
+	s.mu.Lock()
 	s.freeLocked(slot)
 	s.notifyLocked()
+	s.mu.Unlock()
 	return err
 }
 
-// enqueueLocked enqueues the copy of src, part of slot, on the copier's
-// stream, with the slot's fence recorded after it.
-func (c *copier) enqueueLocked(slot *Slot, src []byte, dst Allocation, dstOff uint64) error {
+// enqueue enqueues the copy of src, part of slot, on the copier's stream,
+// with the slot's fence recorded after it; the stream's enqueue lock is held.
+func (c *copier) enqueue(slot *Slot, src []byte, dst Allocation, dstOff uint64) error {
 	s := c.s
 	return s.dev.run(func() error {
 		err := s.dev.copyAsync(c.stream.handle, slot.fence, src, dst, dstOff)
@@ -565,15 +625,18 @@ func (c *copier) copyingLocked(slot *Slot) {
 // are enqueued. It takes the slot in every case.
 func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	errs := make([]error, len(pieces))
+	s.mu.Lock()
 	if !s.ownsLocked(slot, slotHeld) {
+		s.mu.Unlock()
 		for i := range errs {
 			errs[i] = errors.New("cufile: CopyAsyncMany of a slot not held from this stager")
 		}
 		return errs
 	}
+	s.mu.Unlock()
+	st := c.stream
+	st.enqueue.Lock()
 	enqueued := false
 	for i, p := range pieces {
 		if p.Off < 0 || p.Off > len(slot.Buf) {
@@ -585,16 +648,19 @@ func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 		if errs[i] = c.checkCopy(view, p.N, p.Dst, p.DstOff); errs[i] != nil || p.N == 0 {
 			continue
 		}
-		if errs[i] = c.enqueueLocked(slot, src[:p.N], p.Dst, p.DstOff); errs[i] == nil {
+		if errs[i] = c.enqueue(slot, src[:p.N], p.Dst, p.DstOff); errs[i] == nil {
 			enqueued = true
 		}
 	}
-	if !enqueued {
+	s.mu.Lock()
+	if enqueued {
+		c.copyingLocked(slot)
+	} else {
 		s.freeLocked(slot)
 		s.notifyLocked()
-		return errs
 	}
-	c.copyingLocked(slot)
+	s.mu.Unlock()
+	st.enqueue.Unlock()
 	return errs
 }
 
@@ -604,8 +670,6 @@ func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 // src are copied on without asking the server again.
 func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error {
 	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
 	case c.closed:
 		return ErrClosed
@@ -627,9 +691,14 @@ func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, 
 	if n == 0 {
 		return nil
 	}
-	c.unfenced = true
+	st := c.stream
+	st.enqueue.Lock()
+	defer st.enqueue.Unlock()
+	s.mu.Lock()
+	c.unfenced = true // read by syncTarget under the lock
+	s.mu.Unlock()
 	return s.dev.run(func() error {
-		return s.dev.copyDtoDAsync(c.stream.handle, src, srcOff, dst, dstOff, uint64(n))
+		return s.dev.copyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n))
 	})
 }
 

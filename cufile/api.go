@@ -112,6 +112,9 @@ type Stager interface {
 	// Busy counts the slots out of the ring now: held by callers (being
 	// filled) and being copied.
 	Busy() (held, copying int)
+	// Pinned is the host memory the ring has pinned so far: it grows in
+	// chunks as GETs need slots, up to the configured slots.
+	Pinned() int64
 	// Close waits for outstanding copies and frees the slots and streams.
 	// It fails, leaving the stager usable, while slots are held by callers
 	// or copiers are open.

@@ -64,15 +64,18 @@ type stager struct {
 	cfg StagerConfig
 
 	mu      sync.Mutex
-	host    []byte // all slots, one pinned allocation
+	chunks  [][]byte // the pinned allocations the slots are cut from
 	slots   []*Slot
 	free    []*Slot
 	streams []*copyStream
 	seq     uint64
 	copiers int
-	waiting bool          // one acquirer is blocked on the oldest copy
-	changed chan struct{} // closed and replaced whenever slots change state
-	closed  bool
+	waiting bool // one acquirer is blocked on the oldest copy
+	growing bool // one acquirer is pinning the next chunk of slots
+	// growAfter is when the ring may grow again after pinning failed.
+	growAfter time.Time
+	changed   chan struct{} // closed and replaced whenever slots change state
+	closed    bool
 }
 
 func (c StagerConfig) withDefaults() (StagerConfig, error) {
@@ -98,21 +101,13 @@ func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
 	}
 	s := &stager{dev: dev, cfg: cfg, changed: make(chan struct{})}
 	err = dev.run(func() error {
-		host, err := dev.allocHost(cfg.Slots * cfg.SlotSize)
+		// The first chunk now, so that a ring that cannot be pinned at all
+		// fails here, where the caller asked for it.
+		host, fences, err := s.pinLocked(s.chunkSlots())
 		if err != nil {
 			return err
 		}
-		s.host = host
-		for i := range cfg.Slots {
-			fence, err := dev.newFence()
-			if err != nil {
-				return err
-			}
-			buf := host[i*cfg.SlotSize : (i+1)*cfg.SlotSize : (i+1)*cfg.SlotSize]
-			slot := &Slot{Buf: buf, index: i, fence: fence}
-			s.slots = append(s.slots, slot)
-			s.free = append(s.free, slot)
-		}
+		s.addLocked(host, fences)
 		for range cfg.Streams {
 			h, err := dev.newStream()
 			if err != nil {
@@ -139,12 +134,90 @@ func (s *stager) destroy() error {
 			errs = append(errs, s.dev.destroyFence(slot.fence))
 			slot.Buf = nil
 		}
-		if s.host != nil {
-			errs = append(errs, s.dev.freeHost(s.host))
-			s.host = nil
+		for _, host := range s.chunks {
+			errs = append(errs, s.dev.freeHost(host))
 		}
+		s.chunks = nil
 		return errors.Join(errs...)
 	})
+}
+
+// growChunk is how many bytes of slots the ring pins at a time. The ring is
+// pinned as GETs need it rather than whole at the first read: pinning a
+// whole ring takes long enough to show in that read's time, and the resident
+// memory then follows the load (the top of the pool is all a steady load
+// touches). Variables for tests.
+var (
+	growChunk = 64 << 20
+	// growPause is how long the ring waits before it tries to grow again
+	// after pinning failed; meanwhile GETs wait for the slots it has.
+	growPause = time.Second
+)
+
+// chunkSlots is how many slots the next growth pins.
+func (s *stager) chunkSlots() int {
+	return max(1, min(s.cfg.Slots-len(s.slots), growChunk/s.cfg.SlotSize))
+}
+
+// pinLocked pins k slots' memory and makes their fences; inside run. On
+// failure it frees what it made.
+func (s *stager) pinLocked(k int) ([]byte, []uintptr, error) {
+	host, err := s.dev.allocHost(k * s.cfg.SlotSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	fences := make([]uintptr, 0, k)
+	for range k {
+		fence, err := s.dev.newFence()
+		if err != nil {
+			for _, f := range fences {
+				_ = s.dev.destroyFence(f)
+			}
+			return nil, nil, errors.Join(err, s.dev.freeHost(host))
+		}
+		fences = append(fences, fence)
+	}
+	return host, fences, nil
+}
+
+// addLocked cuts pinned memory into slots, one per fence, and frees them.
+func (s *stager) addLocked(host []byte, fences []uintptr) {
+	size := s.cfg.SlotSize
+	s.chunks = append(s.chunks, host)
+	for i, fence := range fences {
+		slot := &Slot{Buf: host[i*size : (i+1)*size : (i+1)*size], index: len(s.slots), fence: fence}
+		s.slots = append(s.slots, slot)
+		s.free = append(s.free, slot)
+	}
+}
+
+// grow pins the next chunk of slots outside the stager's lock; the caller
+// set s.growing. A failure is not the caller's: the ring serves with the
+// slots it has and tries again after growPause.
+func (s *stager) grow(k int) {
+	var host []byte
+	var fences []uintptr
+	err := s.dev.run(func() error {
+		var err error
+		host, fences, err = s.pinLocked(k)
+		return err
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.growing = false
+	if err != nil {
+		s.growAfter = time.Now().Add(growPause)
+	} else {
+		s.addLocked(host, fences)
+	}
+	s.notifyLocked()
+}
+
+// Pinned is the host memory the ring has pinned so far.
+func (s *stager) Pinned() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.slots)) * int64(s.cfg.SlotSize)
 }
 
 func (s *stager) AcquireSlot(ctx context.Context) (*Slot, error) {
@@ -155,8 +228,9 @@ func (s *stager) AcquireSlot(ctx context.Context) (*Slot, error) {
 // copier's stream, it first takes back that stream's completed copies, so
 // that the free slots on top are those the CPU and the copy engine touched
 // last, still in the CPU's cache. When none is free it reclaims every
-// stream; failing that, one acquirer blocks on the oldest copy while the
-// others wait for a change.
+// stream; failing that, one acquirer pins the next chunk of the ring while
+// it has room to grow, or else blocks on the oldest copy, while the others
+// wait for a change.
 func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStream) (*Slot, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -181,6 +255,13 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 			slot.state = slotHeld
 			s.mu.Unlock()
 			return slot, nil
+		}
+		if !s.growing && len(s.slots) < s.cfg.Slots && time.Now().After(s.growAfter) {
+			s.growing = true
+			k := s.chunkSlots()
+			s.mu.Unlock()
+			s.grow(k)
+			continue
 		}
 		oldest := s.oldestCopyingLocked()
 		if oldest != nil && !s.waiting {
@@ -434,9 +515,9 @@ func (s *stager) Close() error {
 	}
 	s.closed = true
 	s.notifyLocked()
-	// An acquirer may still be blocked on a fence: let it finish before
-	// the fences are destroyed.
-	for s.waiting {
+	// An acquirer may still be blocked on a fence or pinning slots: let it
+	// finish before the fences and the memory are freed.
+	for s.waiting || s.growing {
 		changed := s.changed
 		s.mu.Unlock()
 		<-changed

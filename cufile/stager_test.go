@@ -562,3 +562,119 @@ func copySlotBySlot(c Copier, holder []atomic.Int32, w int, data []byte, slotSiz
 	}
 	return nil
 }
+
+// pinFailer is the stand-in device whose pinning fails while fail is set.
+type pinFailer struct {
+	stagerDevice
+	fail   atomic.Bool
+	pinned atomic.Int32 // allocations made
+}
+
+func (d *pinFailer) allocHost(size int) ([]byte, error) {
+	if d.fail.Load() {
+		return nil, errors.New("injected: cannot pin")
+	}
+	d.pinned.Add(1)
+	return d.stagerDevice.allocHost(size)
+}
+
+func smallChunks(t *testing.T, chunk int, pause time.Duration) {
+	savedChunk, savedPause := growChunk, growPause
+	growChunk, growPause = chunk, pause
+	t.Cleanup(func() { growChunk, growPause = savedChunk, savedPause })
+}
+
+// The ring is pinned a chunk at a time as GETs need slots, never past its
+// configured slots: a stager pins one chunk when made, the next only once
+// every slot it has is out, and a ring at its size makes an acquirer wait.
+func TestRingIsPinnedAsSlotsAreNeeded(t *testing.T) {
+	smallChunks(t, 4<<10, time.Second) // four 1 KiB slots a chunk
+	dev := &pinFailer{stagerDevice: &hostDevice{}}
+	s, err := newStager(dev, StagerConfig{SlotSize: 1 << 10, Slots: 10, Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Pinned(); got != 4<<10 {
+		t.Fatalf("a new ring pinned %d bytes, want one chunk of 4096", got)
+	}
+	var held []*Slot
+	for i, want := range []int64{4, 4, 4, 4, 8, 8, 8, 8, 10, 10} {
+		slot, err := acquireWithin(s, time.Second)
+		if err != nil {
+			t.Fatalf("slot %d: %v", i, err)
+		}
+		held = append(held, slot)
+		if got := s.Pinned(); got != want<<10 {
+			t.Fatalf("after %d slots the ring pinned %d bytes, want %d KiB", i+1, got, want)
+		}
+	}
+	if n := dev.pinned.Load(); n != 3 {
+		t.Errorf("%d allocations, want 3 (4 + 4 + the last 2 slots)", n)
+	}
+	if _, err := acquireWithin(s, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an 11th slot of a 10-slot ring: %v, want to wait", err)
+	}
+	s.release(held[3])
+	slot, err := acquireWithin(s, time.Second)
+	if err != nil || slot != held[3] {
+		t.Fatalf("after a release: slot %p err %v, want the released slot %p", slot, err, held[3])
+	}
+	held[3] = slot
+	for _, h := range held {
+		s.release(h)
+	}
+	if got := s.Pinned(); got != 10<<10 {
+		t.Errorf("released slots stay pinned: %d bytes, want 10 KiB", got)
+	}
+}
+
+// Pinning that fails is not the caller's failure: the ring serves with
+// the slots it has, and grows once pinning works again.
+func TestRingThatCannotGrowServesWithWhatItHas(t *testing.T) {
+	smallChunks(t, 2<<10, 20*time.Millisecond) // two 1 KiB slots a chunk
+	dev := &pinFailer{stagerDevice: &hostDevice{}}
+	s, err := newStager(dev, StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, _ := acquireWithin(s, time.Second)
+	b, _ := acquireWithin(s, time.Second)
+	dev.fail.Store(true)
+	if _, err := acquireWithin(s, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a third slot while pinning fails: %v, want to wait for one", err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		s.release(a)
+	}()
+	c, err := acquireWithin(s, time.Second)
+	if err != nil || c != a {
+		t.Fatalf("while pinning fails a released slot serves: got %p err %v, want %p", c, err, a)
+	}
+	if got := s.Pinned(); got != 2<<10 {
+		t.Fatalf("pinned %d bytes after failures, want the first chunk's 2048", got)
+	}
+	dev.fail.Store(false)
+	time.Sleep(2 * growPause)
+	d, err := acquireWithin(s, time.Second)
+	if err != nil {
+		t.Fatalf("once pinning works again: %v", err)
+	}
+	if got := s.Pinned(); got != 4<<10 {
+		t.Errorf("pinned %d bytes once pinning works again, want 4096", got)
+	}
+	for _, h := range []*Slot{b, c, d} {
+		s.release(h)
+	}
+}
+
+// A ring whose first chunk cannot be pinned is refused when made.
+func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
+	dev := &pinFailer{stagerDevice: &hostDevice{}}
+	dev.fail.Store(true)
+	if _, err := newStager(dev, StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1}); err == nil {
+		t.Fatal("a ring that cannot be pinned was made")
+	}
+}

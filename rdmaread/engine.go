@@ -203,6 +203,9 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 			Name: "s3gdsfs_gpu_staging_slots_busy", Help: "Pinned staging slots out of the ring, by state: held (being filled) or copying.",
 			ConstLabels: prometheus.Labels{"state": "copying"},
 		}, func() float64 { _, c := e.stagingBusy(); return float64(c) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "s3gdsfs_gpu_staging_pinned_bytes", Help: "Host memory pinned for staging slots, every GPU's ring together; each ring grows as GETs need slots.",
+		}, func() float64 { return float64(e.stagingPinned()) }),
 	)
 	return e
 }
@@ -226,6 +229,16 @@ func (e *Engine) stagingBusy() (held, copying int) {
 		held, copying = held+h, copying+c
 	}
 	return held, copying
+}
+
+// stagingPinned sums the memory every device's ring has pinned.
+func (e *Engine) stagingPinned() (pinned int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, st := range e.stagers {
+		pinned += st.Pinned()
+	}
+	return pinned
 }
 
 // stager returns the device's staging ring, creating it on first use.

@@ -59,6 +59,11 @@ func newDeviceSink(device, workers int, bufSize int64, toDevice bool, shape stag
 		return nil, fmt.Errorf("--device %d: %w", device, err)
 	}
 	s := &deviceSink{stager: st, toDevice: toDevice}
+	// A ring is pinned as it is used; pin all of it before the clock
+	// starts, as it is in a daemon that has been serving.
+	if err := pinAll(st, perGet*workers+8); err != nil {
+		return nil, errors.Join(fmt.Errorf("--device %d: %w", device, err), st.Close())
+	}
 	for range workers {
 		a, err := cufile.AllocDevice(backend, device, uint64(bufSize))
 		if err != nil {
@@ -111,4 +116,24 @@ func (s *deviceSink) Close() error {
 		errs = append(errs, a.Close())
 	}
 	return errors.Join(append(errs, s.stager.Close())...)
+}
+
+// pinAll takes every slot of the ring once and gives them back.
+func pinAll(st cufile.Stager, slots int) error {
+	c, err := st.NewCopier()
+	if err != nil {
+		return err
+	}
+	var held []*cufile.Slot
+	for range slots {
+		var slot *cufile.Slot
+		if slot, err = c.AcquireSlot(context.Background()); err != nil {
+			break
+		}
+		held = append(held, slot)
+	}
+	for _, slot := range held {
+		c.ReleaseSlot(slot)
+	}
+	return errors.Join(err, c.Close())
 }

@@ -160,7 +160,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "gpu-share", group: groupGPU, value: newBool(&mf.gpuShare, false), bare: "true",
 			help: "GPU reads of one object version into one device share its fetch while in flight; for processes loading the same objects", why: benchmarksDoc},
 		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, daemon.DefaultStagingSlots),
-			help: "pinned staging slots per GPU"},
+			help: "pinned staging slots per GPU at most, pinned 64 MiB at a time as GETs need them"},
 		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, daemon.DefaultStagingSlotSize),
 			help: "bytes per pinned staging slot (64KiB to 1GiB)", why: benchmarksDoc},
 		{name: "staging-per-copier", group: groupGPU, arg: "N", value: newInt(&mf.stagingPerCopier, daemon.DefaultStagingPerCopier),

@@ -14,7 +14,8 @@
 #   and seconds are given).
 #   COUNT objects (16); DISTINCT=1: no two threads read one object at once (COUNT >= threads);
 #   PROFILE=0: no CPU profiles (profiling costs the variants of round 0 a little).
-# Writes ab.json and ab.txt, and the daemons' CPU profiles of round 0 in prof.tgz, under $OUT.
+# Writes ab.json and ab.txt, and the daemons' CPU profiles of round 0 in prof.tgz, under $OUT;
+# prints each daemon's pinned staging memory and peak RSS at the end.
 set -uo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-gpu-ab}
 SECS=${SECS:-5}; ROUNDS=${ROUNDS:-3}; PROCS=${PROCS:-1,8}
@@ -49,7 +50,13 @@ PYTHONUNBUFFERED=1 python3 scripts/gpu/gpu_ab.py "${args[@]}" "${raws[@]}" \
   --manifest "$OUT/big.json" --procs "$PROCS" --seconds "$SECS" --rounds "$ROUNDS" --vgw-pid "$VGW" \
   --s3load "$BIN/s3load" --out "$OUT/ab.json" ${DISTINCT:+--distinct} \
   $([ "${PROFILE:-1}" = 0 ] || echo --profile-dir "$OUT/prof") 2>&1 | tee "$OUT/ab.txt"
-for p in "${pids[@]}"; do grep VmHWM /proc/$p/status; kill -INT $p; done
+for ((i = 0; i < ${#pids[@]}; i++)); do
+  p=${pids[$i]}
+  python3 -c 'import sys, urllib.request as u
+print(*[l for l in u.urlopen(sys.argv[1]).read().decode().splitlines() if l.startswith("s3gdsfs_gpu_staging_pinned_bytes")])' \
+    "http://127.0.0.1:$((9741 + i))/metrics" || true
+  grep VmHWM /proc/$p/status; kill -INT $p
+done
 wait "${pids[@]}" 2>/dev/null || true  # a daemon stopped by SIGINT may exit non-zero
 for d in /mnt/ab-*; do umount -l "$d" 2>/dev/null || true; done
 (cd "$OUT" && tar -czf prof.tgz prof d-*.log && rm -rf prof d-*.log)

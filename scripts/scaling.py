@@ -37,14 +37,18 @@ def worker(path, mount, objs, threads, seconds, idx, start_evt, q, device):
             streams = [torch.cuda.Stream() for _ in range(threads)]
         torch.cuda.synchronize()
     fds = {o["key"]: os.open(os.path.join(mount, o["key"]), os.O_RDONLY) for o in objs}
+
     def warm(t):
         o = objs[t % len(objs)]
         if path == "gpu":
             s3gds.read_into(bufs[t], None, fd=fds[o["key"]], length=o["size"])
-        else:
-            got = 0
-            while got < o["size"]:
-                got += max(os.preadv(fds[o["key"]], [views[t][got:min(o["size"], got + (8 << 20))]], got), 1)
+            return
+        got = 0
+        while got < o["size"]:
+            n = os.preadv(fds[o["key"]], [views[t][got:min(o["size"], got + (8 << 20))]], got)
+            if n <= 0:
+                raise OSError(f"short read at {got} of {o['size']}")
+            got += n
 
     if path in ("gpu", "posix-copy"):
         # Untimed: each buffer's first read imports it into the daemon, once per process, and

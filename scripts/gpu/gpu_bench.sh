@@ -3,6 +3,8 @@
 # measured in the same run on the same server (versitygw on /dev/shm):
 #   - raw minio-go GETs of whole objects with the same total streams (s3load),
 #     and into a cold 256 MiB ring per worker (the bound a cold destination sets);
+#   - the same GETs landed in device memory through pinned slots by s3load itself
+#     (--device 0): the GPU path's design without the daemon;
 #   - the GPU HTTP path, N = PROCS processes x 8 threads, 256 MiB objects
 #     (and 64 MiB objects for operations per second), then 768 MiB objects;
 #   - POSIX reads of the same mount into pinned host memory plus a device copy;
@@ -41,6 +43,9 @@ raw() {
 for n in ${PROCS//,/ }; do
   raw raw big.json big $((n * THREADS))
   raw raw mid.json mid $((n * THREADS))
+  # The GPU path's design without the daemon: the same GETs into the same pinned slots, each
+  # copied to a device buffer of the worker's. What the daemon can reach on this host.
+  raw bound big.json big $((n * THREADS)) --device 0
 done
 for n in ${FEW//,/ }; do raw raw768 huge.json big $((n * THREADS)); done
 raw cold big.json big $THREADS --ring 256

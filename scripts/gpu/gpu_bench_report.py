@@ -1,7 +1,8 @@
 """Summarises a gpu_bench.sh run: one table per object size with each path's
-GB/s by process count, its ratio to the raw GETs of the same run, and the
-checks (every buffer's sha256, errors); writes summary.json, summary.md and
-gpu-bench.png into the run's folder.
+GB/s by process count, its ratio to the raw GETs of the same run, the GPU
+path against the same copies made without the daemon, and the checks (every
+buffer's sha256, errors); writes summary.json, summary.md and gpu-bench.png
+into the run's folder.
 
   python3 gpu_bench_report.py OUT
 """
@@ -10,6 +11,8 @@ import glob
 import json
 import os
 import sys
+
+THREADS = 8  # per process, as gpu_bench.sh runs them
 
 
 def load(path):
@@ -45,6 +48,20 @@ def main():
         cold = glob.glob(os.path.join(out, ring, "*.json"))
         if cold:
             summary[f"raw into a ring of {what} MiB per worker"] = {"1": {"gbps": load(cold[0])["gbps"]}}
+    # s3load landing the same objects in device memory through pinned slots, at each N: the
+    # design's bound without the daemon, and the GPU path against it.
+    bound = {}
+    for p in glob.glob(os.path.join(out, "bound", "raw_big_*.json")):
+        workers = int(os.path.basename(p)[len("raw_big_"):-len(".json")])
+        raw_path = os.path.join(out, "raw", f"raw_big_{workers}.json")
+        raw = load(raw_path)["gbps"] if os.path.exists(raw_path) else None
+        g = load(p)["gbps"]
+        bound[str(workers // THREADS)] = {"gbps": g, "raw_gbps": raw, "ratio": g / raw if raw else None}
+    if bound:
+        summary["the same copies without the daemon (s3load --device 0)"] = bound
+        gpu = summary.get("gpu-http", {})
+        summary["gpu-http / the copies without the daemon"] = {
+            n: {"of_bound": gpu[n]["gbps"] / b["gbps"]} for n, b in bound.items() if n in gpu and b["gbps"]}
     variants = os.path.join(out, "variants.txt")
     if os.path.exists(variants):
         summary["_variants"] = open(variants).read().strip().splitlines()
@@ -64,6 +81,8 @@ def main():
             e = by.get(n)
             if not e:
                 cells.append("")
+            elif "of_bound" in e:
+                cells.append(f"{e['of_bound']:.2f}")
             elif "ops_per_s" in e:
                 cells.append(f"{e['ops_per_s']:.1f}" + (f" ({e['ratio']:.2f}x)" if e.get("ratio") else "")
                              + (" BAD" if e["bad"] or e["errors"] else ""))

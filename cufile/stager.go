@@ -103,7 +103,7 @@ func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
 	err = dev.run(func() error {
 		// The first chunk now, so that a ring that cannot be pinned at all
 		// fails here, where the caller asked for it.
-		host, fences, err := s.pinLocked(s.chunkSlots())
+		host, fences, err := s.pin(s.chunkSlots())
 		if err != nil {
 			return err
 		}
@@ -159,9 +159,9 @@ func (s *stager) chunkSlots() int {
 	return max(1, min(s.cfg.Slots-len(s.slots), growChunk/s.cfg.SlotSize))
 }
 
-// pinLocked pins k slots' memory and makes their fences; inside run. On
+// pin pins k slots' memory and makes their fences; called inside run. On
 // failure it frees what it made.
-func (s *stager) pinLocked(k int) ([]byte, []uintptr, error) {
+func (s *stager) pin(k int) ([]byte, []uintptr, error) {
 	host, err := s.dev.allocHost(k * s.cfg.SlotSize)
 	if err != nil {
 		return nil, nil, err
@@ -199,7 +199,7 @@ func (s *stager) grow(k int) {
 	var fences []uintptr
 	err := s.dev.run(func() error {
 		var err error
-		host, fences, err = s.pinLocked(k)
+		host, fences, err = s.pin(k)
 		return err
 	})
 	s.mu.Lock()

@@ -35,13 +35,14 @@ func acquireWithin(st interface {
 	return st.AcquireSlot(ctx)
 }
 
-// Many requests share a small ring while copies lag behind fills: no slot
-// is ever handed out twice or refilled before its copy has landed, and
-// every byte arrives.
+// Many requests share a small ring, pinned a slot at a time as they need
+// it, while copies lag behind fills: no slot is ever handed out twice or
+// refilled before its copy has landed, and every byte arrives.
 func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 	b, dir := standin(t)
 	b.copyDelay = 100 * time.Microsecond
 	const workers, chunks, slotSize = 8, 40, 4096
+	smallChunks(t, slotSize, time.Second)
 	const region = chunks * slotSize
 	path := standinFile(t, dir, "buf", workers*region, 0)
 	a, err := b.Import(0, nameHandle("buf"))
@@ -101,6 +102,9 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 		t.Fatal("file differs from what was copied")
 	}
 
+	if got := st.(*stager).Pinned(); got != 3*slotSize {
+		t.Fatalf("the ring pinned %d bytes, want its 3 slots", got)
+	}
 	// Every slot is back: three can be taken (at once; the deadline is
 	// for a busy machine), a fourth cannot.
 	for i := range 3 {

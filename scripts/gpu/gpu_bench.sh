@@ -45,7 +45,7 @@ for n in ${PROCS//,/ }; do
   raw raw mid.json mid $((n * THREADS))
   # The GPU path's design without the daemon: the same GETs into the same pinned slots, each
   # copied to a device buffer of the worker's. What the daemon can reach on this host.
-  raw bound big.json big $((n * THREADS)) --device 0
+  raw bound big.json big $((n * THREADS)) --device 0 || { echo "bound at N=$n: failed"; rm -f "$OUT/bound/raw_big_$((n * THREADS)).json"; }
 done
 for n in ${FEW//,/ }; do raw raw768 huge.json big $((n * THREADS)); done
 raw cold big.json big $THREADS --ring 256

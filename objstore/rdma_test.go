@@ -24,7 +24,7 @@ import (
 // address; no server here can act on it.
 var rdmaTestToken = rdmatoken.Token{Addr: 0x7f0000000000, Size: 1 << 30, RKey: 0x1234, LID: 1, DCT: 0x42, HasGID: true}.String()
 
-func minioTestStore(t *testing.T, endpoint, access, secret string) *Minio {
+func minioTestStore(t testing.TB, endpoint, access, secret string) *Minio {
 	t.Helper()
 	m, err := NewMinio(Config{
 		Endpoint:    endpoint,

@@ -101,6 +101,9 @@ type GPUConfig struct {
 	// version into the same device share their GETs while their ranges
 	// overlap.
 	Share bool
+	// RawGets reads GPU reads' GET bodies on connections of their own,
+	// many bytes per wake-up, where the endpoint is plain HTTP.
+	RawGets bool
 
 	// Streams is the most ranged GETs one GPU read runs at once;
 	// TargetStreams the GETs in flight all GPU reads aim for together.
@@ -224,6 +227,7 @@ func (c GPUConfig) engine() rdmaread.Config {
 		ReadTimeout:   c.ReadTimeout,
 		Retries:       c.Retries,
 		Share:         c.Share,
+		RawGets:       c.RawGets,
 		Staging:       cufile.StagerConfig{SlotSize: c.SlotSize, Slots: c.Slots, PerCopier: c.PerCopier, Streams: c.CopyStreams},
 	}
 }

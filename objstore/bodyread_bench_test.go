@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +55,7 @@ func BenchmarkGETBodyReads(b *testing.B) {
 				bufs[i] = make([]byte, 4<<20)
 			}
 			b.SetBytes(readers * size)
-			cpu0, srv0 := selfCPUSeconds(), processCPUSeconds(b, srv.Pid())
+			cpu0, srv0 := testenv.SelfCPUSeconds(), serverCPUSeconds(b, srv.Pid())
 			for b.Loop() {
 				var wg sync.WaitGroup
 				errs := make([]error, readers)
@@ -77,8 +74,8 @@ func BenchmarkGETBodyReads(b *testing.B) {
 				}
 			}
 			gb := float64(b.N) * readers * size / 1e9
-			b.ReportMetric((selfCPUSeconds()-cpu0)/gb, "reader-cpu-s/GB")
-			b.ReportMetric((processCPUSeconds(b, srv.Pid())-srv0)/gb, "server-cpu-s/GB")
+			b.ReportMetric((testenv.SelfCPUSeconds()-cpu0)/gb, "reader-cpu-s/GB")
+			b.ReportMetric((serverCPUSeconds(b, srv.Pid())-srv0)/gb, "server-cpu-s/GB")
 		})
 	}
 }
@@ -130,20 +127,10 @@ func readRawBody(m *Minio, key string, v Version, buf []byte, lowat int) error {
 	return nil
 }
 
-func selfCPUSeconds() float64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
-func processCPUSeconds(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+func serverCPUSeconds(b *testing.B, pid int) float64 {
+	t, err := testenv.ProcessCPUSeconds(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return float64(utime+stime) / 100 // clock ticks of USER_HZ
+	return t
 }

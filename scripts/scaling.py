@@ -38,22 +38,25 @@ def worker(path, mount, objs, threads, seconds, idx, start_evt, q, device):
         torch.cuda.synchronize()
     fds = {o["key"]: os.open(os.path.join(mount, o["key"]), os.O_RDONLY) for o in objs}
 
-    def warm(t):
-        o = objs[t % len(objs)]
+    def land(t, o):
+        """Object o in thread t's device buffer, by the ioctl or by POSIX reads plus a copy."""
         if path == "gpu":
-            s3gds.read_into(bufs[t], None, fd=fds[o["key"]], length=o["size"])
-            return
-        got = 0
-        while got < o["size"]:
-            n = os.preadv(fds[o["key"]], [views[t][got:min(o["size"], got + (8 << 20))]], got)
+            return s3gds.read_into(bufs[t], None, fd=fds[o["key"]], length=o["size"]).nbytes
+        got, size = 0, o["size"]
+        while got < size:
+            n = os.preadv(fds[o["key"]], [views[t][got:min(size, got + (8 << 20))]], got)
             if n <= 0:
-                raise OSError(f"short read at {got} of {o['size']}")
+                raise OSError(f"short read at {got} of {size}")
             got += n
+        with torch.cuda.stream(streams[t]):
+            bufs[t][:size].copy_(hosts[t][:size], non_blocking=True)
+        streams[t].synchronize()
+        return size
 
     if path in ("gpu", "posix-copy"):
         # Untimed: each buffer's first read imports it into the daemon, once per process, and
         # a daemon that has been serving has its staging ring, blocks and connections up.
-        ws = [threading.Thread(target=warm, args=(t,)) for t in range(threads)]
+        ws = [threading.Thread(target=land, args=(t, objs[t % len(objs)])) for t in range(threads)]
         [w.start() for w in ws]; [w.join() for w in ws]
     counts = [0] * threads
     nbytes = [0] * threads
@@ -71,22 +74,8 @@ def worker(path, mount, objs, threads, seconds, idx, start_evt, q, device):
             while time.time() < stop:
                 o = objs[k % len(objs)]
                 k += 1
-                if path == "gpu":
-                    r = s3gds.read_into(bufs[t], None, fd=fds[o["key"]], length=o["size"])
-                    nbytes[t] += r.nbytes
-                    last[t] = o
-                elif path == "posix-copy":
-                    fd = fds[o["key"]]
-                    got, size = 0, o["size"]
-                    while got < size:
-                        n = os.preadv(fd, [views[t][got:min(size, got + (8 << 20))]], got)
-                        if n <= 0:
-                            raise OSError(f"short read at {got} of {size}")
-                        got += n
-                    with torch.cuda.stream(streams[t]):
-                        bufs[t][:size].copy_(hosts[t][:size], non_blocking=True)
-                    streams[t].synchronize()
-                    nbytes[t] += size
+                if path in ("gpu", "posix-copy"):
+                    nbytes[t] += land(t, o)
                     last[t] = o
                 else:
                     fd = os.open(os.path.join(mount, o["key"]), os.O_RDONLY)

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
@@ -49,7 +46,7 @@ func BenchmarkGPURawGets(b *testing.B) {
 				bufs[i] = hostBuffer(b, dir, fmt.Sprintf("buf%d", i), size, 0)
 			}
 			b.SetBytes(readers * size)
-			cpu0, srv0 := benchSelfCPU(), benchProcCPU(b, srv.Pid())
+			cpu0, srv0 := testenv.SelfCPUSeconds(), benchProcCPU(b, srv.Pid())
 			for b.Loop() {
 				var wg sync.WaitGroup
 				errs := make([]error, readers)
@@ -68,26 +65,16 @@ func BenchmarkGPURawGets(b *testing.B) {
 				}
 			}
 			gb := float64(b.N) * readers * size / 1e9
-			b.ReportMetric((benchSelfCPU()-cpu0)/gb, "process-cpu-s/GB")
+			b.ReportMetric((testenv.SelfCPUSeconds()-cpu0)/gb, "process-cpu-s/GB")
 			b.ReportMetric((benchProcCPU(b, srv.Pid())-srv0)/gb, "server-cpu-s/GB")
 		})
 	}
 }
 
-func benchSelfCPU() float64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
 func benchProcCPU(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	t, err := testenv.ProcessCPUSeconds(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return float64(utime+stime) / 100 // USER_HZ
+	return t
 }

@@ -72,6 +72,7 @@ type Minio struct {
 	virtualHost                     bool
 	connectTimeout, responseTimeout time.Duration
 	rawReceiveBuffer                int
+	rawConns                        *rawConns
 }
 
 // NewMinio builds the client; it sends nothing until first used.
@@ -117,7 +118,8 @@ func NewMinio(cfg Config) (*Minio, error) {
 	}
 	return &Minio{core: core, transport: transport, virtualHost: cfg.VirtualHost,
 		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout,
-		rawReceiveBuffer: cfg.RawReceiveBuffer}, nil
+		rawReceiveBuffer: cfg.RawReceiveBuffer,
+		rawConns:         newRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil
 }
 
 func newTransport(cfg Config, secure bool) (*http.Transport, error) {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,11 @@ type RawBody struct {
 	waits int
 	// fault, when set, breaks the body part way (Faulty.GetRaw).
 	fault *rawFault
+	// keep, when set, takes the connection back for the next GET once the
+	// body is read to its end; broken says a read failed or was aborted,
+	// which leaves the connection at no known place.
+	keep   func(*net.TCPConn)
+	broken atomic.Bool
 }
 
 // rawFault is a fault injected into a raw body: after left more bytes the
@@ -71,7 +77,12 @@ type rawFault struct {
 // faulted runs move for up to n bytes of the body, as far as an injected
 // fault lets it: where the fault strikes, move is given only the bytes
 // before it, and the fault's error follows them.
-func (b *RawBody) faulted(n int, move func(k int) (int, error)) (int, error) {
+func (b *RawBody) faulted(n int, move func(k int) (int, error)) (got int, err error) {
+	defer func() {
+		if err != nil {
+			b.broken.Store(true)
+		}
+	}()
 	f := b.fault
 	if f == nil {
 		return move(n)
@@ -81,9 +92,7 @@ func (b *RawBody) faulted(n int, move func(k int) (int, error)) (int, error) {
 		f.left -= int64(got)
 		return got, err
 	}
-	got := 0
 	if f.left > 0 {
-		var err error
 		got, err = move(int(f.left))
 		f.left -= int64(got)
 		if err != nil || f.left > 0 {
@@ -287,7 +296,10 @@ func (b *RawBody) readFull(p []byte) error {
 
 // Abort ends a read or splice of the body in progress on another goroutine,
 // which then fails: for a caller that gave up. Close still follows.
-func (b *RawBody) Abort() { b.conn.Close() }
+func (b *RawBody) Abort() {
+	b.broken.Store(true)
+	b.conn.Close()
+}
 
 // PipeHasRoom reports whether the pipe whose write end is pipeW has a
 // buffer free.
@@ -304,7 +316,9 @@ func (b *RawBody) taken(k int) {
 	}
 }
 
-// Close ends the GET: the connection is closed, whatever is left unread.
+// Close ends the GET. A body read to its end leaves its connection for the
+// next GET, where the server keeps it; otherwise the connection is closed,
+// whatever is left unread.
 func (b *RawBody) Close() error {
 	if b.closed {
 		return nil
@@ -312,6 +326,10 @@ func (b *RawBody) Close() error {
 	b.closed = true
 	if b.onClose != nil {
 		b.onClose(b.left)
+	}
+	if b.keep != nil && b.left == 0 && !b.broken.Load() {
+		b.keep(b.conn)
+		return nil
 	}
 	return b.conn.Close()
 }
@@ -362,6 +380,30 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 		req = signer.SignV4(*req, creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken, region)
 	}
 
+	// A kept connection the server has closed since is found only when
+	// the request is sent or its reply read: the GET goes again, once, on
+	// a new connection.
+	for {
+		conn, kept := m.rawConns.get(u.Host), true
+		if conn == nil {
+			if conn, err = m.dialRaw(ctx, u.Host); err != nil {
+				return nil, fmt.Errorf("get %s: %w", where, err)
+			}
+			kept = false
+		}
+		b, replied, err := m.exchangeRaw(ctx, conn, req, u.Host, bucket, key, off, n, v)
+		if err == nil {
+			return b, nil
+		}
+		conn.Close()
+		if !kept || replied || ctx.Err() != nil || !staleConn(err) {
+			return nil, err
+		}
+	}
+}
+
+// dialRaw opens a connection for GetRaw.
+func (m *Minio) dialRaw(ctx context.Context, host string) (*net.TCPConn, error) {
 	d := net.Dialer{Timeout: m.connectTimeout, KeepAlive: 30 * time.Second}
 	if size := m.rawReceiveBuffer; size > 0 {
 		// Set before the connect, so that the window the server is
@@ -374,61 +416,67 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 			})
 		}
 	}
-	c, err := d.DialContext(ctx, "tcp", u.Host)
+	c, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", where, err)
+		return nil, err
 	}
-	conn := c.(*net.TCPConn)
-	ok := false
-	defer func() {
-		if !ok {
-			conn.Close()
-		}
-	}()
+	return c.(*net.TCPConn), nil
+}
+
+// exchangeRaw sends req on conn and reads its reply's headers, checked as
+// GetRaw promises. replied reports whether any of the reply came back: a
+// kept connection that failed before that may be one the server closed.
+func (m *Minio) exchangeRaw(ctx context.Context, conn *net.TCPConn, req *http.Request, host, bucket, key string, off, n int64, v Version) (b *RawBody, replied bool, err error) {
+	where := bucket + "/" + key
 	// The headers must come within the response timeout, as for every
 	// other request; the caller's context can end the wait too.
 	conn.SetDeadline(time.Now().Add(m.responseTimeout))
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := req.Write(conn); err != nil {
-		return nil, fmt.Errorf("get %s: send: %w", where, ctxErr(ctx, err))
+		return nil, false, fmt.Errorf("get %s: send: %w", where, ctxErr(ctx, err))
 	}
 	br := bufio.NewReaderSize(conn, 16<<10)
+	if _, err := br.Peek(1); err != nil {
+		return nil, false, fmt.Errorf("get %s: reply: %w", where, ctxErr(ctx, err))
+	}
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: reply: %w", where, ctxErr(ctx, err))
+		return nil, true, fmt.Errorf("get %s: reply: %w", where, ctxErr(ctx, err))
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, rawError(resp, bucket, key)
+		return nil, true, rawError(resp, bucket, key)
 	}
 	if len(resp.TransferEncoding) > 0 || resp.ContentLength != n {
-		return nil, fmt.Errorf("get %s: asked for %d bytes at %d, server offered %d (transfer encoding %v)", where, n, off, resp.ContentLength, resp.TransferEncoding)
+		return nil, true, fmt.Errorf("get %s: asked for %d bytes at %d, server offered %d (transfer encoding %v)", where, n, off, resp.ContentLength, resp.TransferEncoding)
 	}
 	if resp.StatusCode == http.StatusPartialContent {
 		if start, ok := contentRangeStart(resp.Header.Get("Content-Range")); !ok || start != off {
-			return nil, fmt.Errorf("get %s: asked for bytes from %d, server sent %q", where, off, resp.Header.Get("Content-Range"))
+			return nil, true, fmt.Errorf("get %s: asked for bytes from %d, server sent %q", where, off, resp.Header.Get("Content-Range"))
 		}
 	} else if off != 0 || n != v.Size {
-		return nil, fmt.Errorf("get %s: asked for %d bytes at %d, server sent the whole object (%d)", where, n, off, resp.ContentLength)
+		return nil, true, fmt.Errorf("get %s: asked for %d bytes at %d, server sent the whole object (%d)", where, n, off, resp.ContentLength)
 	}
 	if err := checkVersion(v, cleanETag(resp.Header.Get("ETag")), resp.Header); err != nil {
-		return nil, fmt.Errorf("get %s: %w", where, err)
+		return nil, true, fmt.Errorf("get %s: %w", where, err)
 	}
 	// What the reader buffered beyond the headers is the body's start.
 	head := make([]byte, min(int64(br.Buffered()), n))
 	if _, err := io.ReadFull(br, head); err != nil {
-		return nil, fmt.Errorf("get %s: %w", where, err)
+		return nil, true, fmt.Errorf("get %s: %w", where, err)
 	}
 	if br.Buffered() > 0 {
-		return nil, fmt.Errorf("get %s: %w", where, ErrLongBody)
+		return nil, true, fmt.Errorf("get %s: %w", where, ErrLongBody)
 	}
 	conn.SetDeadline(time.Time{})
-	b, err := NewRawBody(conn, head, n, m.responseTimeout)
+	b, err = NewRawBody(conn, head, n, m.responseTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", where, err)
+		return nil, true, fmt.Errorf("get %s: %w", where, err)
 	}
-	ok = true
-	return b, nil
+	if !resp.Close {
+		b.keep = func(c *net.TCPConn) { m.rawConns.put(host, c) }
+	}
+	return b, true, nil
 }
 
 // ctxErr prefers the context's error: a deadline set to end the wait

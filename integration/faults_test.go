@@ -586,7 +586,7 @@ func TestGPUReadsOfTheirOwnUnderStoreFaults(t *testing.T) {
 				c.GPU.SlotSize = 64 << 10
 				c.GPU.Slots = 128
 				c.GPU.CopyStreams = 2
-				c.GPU.RawGets = raw
+				c.GPU.ClientGets = !raw
 			})
 			c := newTally()
 			start := time.Now()

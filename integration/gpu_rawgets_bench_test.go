@@ -32,7 +32,7 @@ func BenchmarkGPURawGets(b *testing.B) {
 		b.Run(fmt.Sprintf("raw=%v", raw), func(b *testing.B) {
 			mp, dir, _ := gpuMount(b, srv, "data", func(c *daemon.Config) {
 				c.GPU.TargetStreams = 1
-				c.GPU.RawGets = raw
+				c.GPU.ClientGets = !raw
 			})
 			files := make([]*os.File, readers)
 			bufs := make([]string, readers)

@@ -52,12 +52,13 @@ type Config struct {
 	// object version into the same device share the GETs of a fetch in
 	// flight (flight.go). Off, every read sends GETs of its own.
 	Share bool
-	// RawGets reads GETs' bodies on connections of their own, where the
-	// store can hand one over (objstore.RawGetter, plain HTTP), waiting
-	// for many bytes at a time instead of each packet: less CPU per byte
-	// for the reader and the server ("Where the time goes" in
-	// docs/benchmarks.md). Elsewhere GETs go through the HTTP client.
-	RawGets bool
+	// ClientGets reads every GET's body through the HTTP client. Off (the
+	// default), bodies are read on connections of their own where the
+	// store can hand one over (objstore.RawGetter: plain HTTP, no proxy),
+	// waiting for many bytes at a time instead of each packet: less CPU
+	// per byte for the reader and the server ("GPU: GET bodies on
+	// connections of their own" in docs/benchmarks.md).
+	ClientGets bool
 }
 
 // Defaults (docs/benchmarks.md, "GPU: one pool of slots"). Slots are a
@@ -174,7 +175,7 @@ type Engine struct {
 
 	flights flightTable // HTTP fetches under way that reads may share
 
-	raw   objstore.RawGetter // with RawGets, where the store has it
+	raw   objstore.RawGetter // unless ClientGets, where the store has it
 	noRaw atomic.Bool        // the store refused a raw GET (HTTPS, a proxy)
 }
 
@@ -191,7 +192,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		sched:   NewScheduler(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
 	}
-	if g, ok := store.(objstore.RawGetter); ok && cfg.RawGets {
+	if g, ok := store.(objstore.RawGetter); ok && !cfg.ClientGets {
 		e.raw = g
 	}
 	if g, ok := store.(objstore.RDMAGetter); ok {

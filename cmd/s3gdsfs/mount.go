@@ -259,7 +259,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			RDMALibrary:    mf.rdmaLib,
 			DeclineIsError: mf.declineIsError,
 			Share:          mf.gpuShare,
-			RawGets:        mf.gpuRawGets,
+			ClientGets:     !mf.gpuRawGets,
 			Streams:        mf.gpuStreams,
 			TargetStreams:  mf.gpuTargetStreams,
 			MaxOps:         mf.gpuOps,

@@ -101,6 +101,11 @@ type GPUConfig struct {
 	// version into the same device share their GETs while their ranges
 	// overlap.
 	Share bool
+	// ClientGets reads GPU reads' GET bodies through the HTTP client even
+	// where the endpoint is plain HTTP. Off (the default), they are read
+	// on connections of their own, many bytes per wake-up
+	// (rdmaread.Config.ClientGets).
+	ClientGets bool
 
 	// Streams is the most ranged GETs one GPU read runs at once;
 	// TargetStreams the GETs in flight all GPU reads aim for together.
@@ -224,6 +229,7 @@ func (c GPUConfig) engine() rdmaread.Config {
 		ReadTimeout:   c.ReadTimeout,
 		Retries:       c.Retries,
 		Share:         c.Share,
+		ClientGets:    c.ClientGets,
 		Staging:       cufile.StagerConfig{SlotSize: c.SlotSize, Slots: c.Slots, PerCopier: c.PerCopier, Streams: c.CopyStreams},
 	}
 }

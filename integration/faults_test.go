@@ -571,30 +571,43 @@ func TestRandomReadsUnderStoreFaults(t *testing.T) {
 // Every delivered byte is checked against the object and a failed read
 // leaves nothing but the fill or the object's bytes in its destination,
 // and nothing past it.
+//
+// Both ways of reading a GET's body: through the HTTP client, and on a
+// connection of its own (--gpu-raw-gets), where the faults strike the raw
+// body.
 func TestGPUReadsOfTheirOwnUnderStoreFaults(t *testing.T) {
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	objs := putFaultObjects(t, srv, "data", 3, 61)
-	mp, bufDir, d, faulty := storeFaultMount(t, srv, 78, func(c *daemon.Config) {
-		c.GPU.Share = false
-		c.GPU.SlotSize = 64 << 10
-		c.GPU.Slots = 128
-		c.GPU.CopyStreams = 2
-	})
-	c := newTally()
-	start := time.Now()
-	faultWorkload(t, mp, bufDir, objs, 8, 240, 1, 5, c, onlyEIO)
-	t.Logf("store faults, GPU reads of their own: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
-	t.Logf("faults injected by the decorator: %s", objstore.SortedFaultCounts(faulty.Counts()))
-	for _, p := range c.problems {
-		t.Error(p)
-	}
-	if c.ok["gpu"] < 100 || c.ok["posix"] > 0 {
-		t.Errorf("want GPU reads only, most of them through: %s", c)
-	}
-	snap, _ := d.Metrics.Snapshot()
-	if shared, _ := snap["gpu_shared_bytes_total"].(float64); shared != 0 {
-		t.Errorf("%v bytes shared with sharing off", shared)
+	for _, raw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) {
+			srv := testenv.Start(t)
+			srv.CreateBucket(t, "data")
+			objs := putFaultObjects(t, srv, "data", 3, 61)
+			mp, bufDir, d, faulty := storeFaultMount(t, srv, 78, func(c *daemon.Config) {
+				c.GPU.Share = false
+				c.GPU.SlotSize = 64 << 10
+				c.GPU.Slots = 128
+				c.GPU.CopyStreams = 2
+				c.GPU.ClientGets = !raw
+			})
+			c := newTally()
+			start := time.Now()
+			faultWorkload(t, mp, bufDir, objs, 8, 240, 1, 5, c, onlyEIO)
+			t.Logf("store faults, GPU reads of their own: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
+			counts := faulty.Counts()
+			t.Logf("faults injected by the decorator: %s", objstore.SortedFaultCounts(counts))
+			for _, p := range c.problems {
+				t.Error(p)
+			}
+			if c.ok["gpu"] < 100 || c.ok["posix"] > 0 {
+				t.Errorf("want GPU reads only, most of them through: %s", c)
+			}
+			snap, _ := d.Metrics.Snapshot()
+			if shared, _ := snap["gpu_shared_bytes_total"].(float64); shared != 0 {
+				t.Errorf("%v bytes shared with sharing off", shared)
+			}
+			if raws := counts["raw_calls"]; raw != (raws > 0) {
+				t.Errorf("--gpu-raw-gets %v, yet %d raw GETs", raw, raws)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -118,14 +119,38 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 // slots and its copies under way: the daemon gives every slot back (reads
 // that need the whole ring then finish), writes nothing outside the
 // caller's destination, and what it wrote there is the object's bytes.
+// Both ways of reading a GET's body: on a connection of its own, paced by a
+// proxy that sends bodies 32 KiB a millisecond, and through the HTTP client,
+// paced by a store whose bodies give 64 KiB a millisecond.
 func TestGPUReadOfAKilledCallerLeavesTheRingWhole(t *testing.T) {
+	for _, raw := range []bool{true, false} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) { killedCallerLeavesTheRingWhole(t, raw) })
+	}
+}
+
+func killedCallerLeavesTheRingWhole(t *testing.T, raw bool) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	const size = 24 << 20
 	srv.PutRandomObject(t, "data", "obj", size, 31)
 	object := testenv.RandomBytes(31, 0, size)
+	var counted *objstore.Faulty
 	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
-		c.WrapStore = func(s objstore.Store) objstore.Store { return &slowBodies{Store: s, pause: time.Millisecond} }
+		if !raw {
+			c.WrapStore = func(s objstore.Store) objstore.Store { return &slowBodies{Store: s, pause: time.Millisecond} }
+			return
+		}
+		proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{SegmentSize: 32 << 10, SegmentGap: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxy.Close)
+		c.S3.Endpoint = proxy.URL
+		// No faults: it counts the raw GETs.
+		c.WrapStore = func(s objstore.Store) objstore.Store {
+			counted = objstore.NewFaulty(s, objstore.FaultConfig{})
+			return counted
+		}
 	})
 	f, err := os.Open(filepath.Join(mp, "obj"))
 	if err != nil {
@@ -224,4 +249,7 @@ func TestGPUReadOfAKilledCallerLeavesTheRingWhole(t *testing.T) {
 		}
 	}
 	t.Logf("the killed read had landed %d of %d pages", landed, size/4096)
+	if raw && counted.Counts()["raw_calls"] == 0 {
+		t.Fatal("no GET body was read on a connection of its own")
+	}
 }

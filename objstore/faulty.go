@@ -105,6 +105,7 @@ type Faulty struct {
 	script int
 	counts [numFaultKinds]int64
 	calls  int64
+	raws   int64 // GetRaw calls among them
 }
 
 // NewFaulty wraps inner.
@@ -124,11 +125,11 @@ func (f *Faulty) SetRate(rate float64) {
 }
 
 // Counts returns how many faults of each kind were injected, by name, and
-// "calls": every request seen.
+// "calls": every request seen, and "raw_calls": the GetRaw calls among them.
 func (f *Faulty) Counts() map[string]int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]int64{"calls": f.calls}
+	out := map[string]int64{"calls": f.calls, "raw_calls": f.raws}
 	for k := FaultKind(1); k < numFaultKinds; k++ {
 		out[k.String()] = f.counts[k]
 	}
@@ -352,6 +353,9 @@ func (f *Faulty) GetRaw(ctx context.Context, bucket, key string, off, n int64, v
 	if !ok {
 		return nil, fmt.Errorf("%w: %T", ErrNoRaw, f.Inner)
 	}
+	f.mu.Lock()
+	f.raws++
+	f.mu.Unlock()
 	k, frac := f.draw(true)
 	if err := f.before(ctx, k, frac); err != nil {
 		return nil, err

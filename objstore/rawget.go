@@ -121,6 +121,10 @@ func NewRawBody(conn *net.TCPConn, head []byte, n int64, timeout time.Duration) 
 	return &RawBody{conn: conn, rc: rc, head: head, left: n, timeout: timeout}, nil
 }
 
+// SetTimeout bounds each wait for the next byte from now on (0: none): for
+// a reader whose stall bound is not the store's response timeout.
+func (b *RawBody) SetTimeout(d time.Duration) { b.timeout = d }
+
 // Left is how many body bytes have not been taken yet.
 func (b *RawBody) Left() int64 { return b.left }
 
@@ -224,6 +228,12 @@ func (b *RawBody) ReadFull(p []byte) error {
 	return err
 }
 
+// readWake is the most a read of a raw body waits for at once. A reader
+// woken for every packet's worth of bytes spends more on its wake-ups, and
+// makes the server send more often, than on the bytes (docs/benchmarks.md,
+// "Where the time goes").
+const readWake = 256 << 10
+
 func (b *RawBody) readFull(p []byte) error {
 	if b.closed {
 		return errors.New("read from a closed body")
@@ -234,21 +244,61 @@ func (b *RawBody) readFull(p []byte) error {
 	got := copy(p, b.head)
 	b.head = b.head[got:]
 	b.taken(got)
-	for got < len(p) {
-		if b.timeout > 0 {
-			b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+	if got == len(p) {
+		return nil
+	}
+	if b.timeout > 0 {
+		b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	var rerr error
+	lowat := 1
+	err := b.rc.Read(func(fd uintptr) bool {
+		for got < len(p) {
+			k, e := unix.Read(int(fd), p[got:])
+			switch {
+			case e == unix.EAGAIN:
+				// Wait for what this read still needs, up to readWake, at
+				// once: never more, or the body's last bytes would not
+				// wake it.
+				if want := min(readWake, len(p)-got); want != lowat &&
+					unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, want) == nil {
+					lowat = want
+				}
+				return false
+			case e == unix.EINTR:
+				continue
+			case e != nil:
+				rerr = e
+				return true
+			case k == 0:
+				rerr = io.ErrUnexpectedEOF
+				return true
+			}
+			got += k
+			b.taken(k)
+			if b.timeout > 0 {
+				b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+			}
 		}
-		k, err := b.conn.Read(p[got:])
-		got += k
-		b.taken(k)
-		if err == io.EOF && got < len(p) {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil && got < len(p) {
-			return fmt.Errorf("body after %d of %d bytes: %w", got, len(p), err)
-		}
+		return true
+	})
+	if lowat != 1 {
+		b.rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
+	}
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("body after %d of %d bytes: %w", got, len(p), err)
 	}
 	return nil
+}
+
+// Abort ends a read or splice of the body in progress on another goroutine,
+// which then fails: for a caller that gave up. Close still follows.
+func (b *RawBody) Abort() {
+	b.broken.Store(true)
+	b.conn.Close()
 }
 
 // PipeHasRoom reports whether the pipe whose write end is pipeW has a

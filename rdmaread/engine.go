@@ -52,6 +52,13 @@ type Config struct {
 	// object version into the same device share the GETs of a fetch in
 	// flight (flight.go). Off, every read sends GETs of its own.
 	Share bool
+	// ClientGets reads every GET's body through the HTTP client. Off (the
+	// default), bodies are read on connections of their own where the
+	// store can hand one over (objstore.RawGetter: plain HTTP, no proxy),
+	// waiting for many bytes at a time instead of each packet: less CPU
+	// per byte for the reader and the server ("GPU: GET bodies on
+	// connections of their own" in docs/benchmarks.md).
+	ClientGets bool
 }
 
 // Defaults (docs/benchmarks.md, "GPU: one pool of slots"). Slots are a
@@ -167,6 +174,9 @@ type Engine struct {
 	reading atomic.Int64 // reads in flight, for sizing parts by load
 
 	flights flightTable // HTTP fetches under way that reads may share
+
+	raw   objstore.RawGetter // unless ClientGets, where the store has it
+	noRaw atomic.Bool        // the store refused a raw GET (HTTPS, a proxy)
 }
 
 // New builds an engine over a CUDA backend (or the host stand-in).
@@ -181,6 +191,9 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		cfg:     cfg,
 		sched:   NewScheduler(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
+	}
+	if g, ok := store.(objstore.RawGetter); ok && !cfg.ClientGets {
+		e.raw = g
 	}
 	if g, ok := store.(objstore.RDMAGetter); ok {
 		// Tokens callers mint themselves go out as they are, RDMA or not.
@@ -506,6 +519,14 @@ func (e *Engine) streamPart(ctx context.Context, r Request, copier cufile.Copier
 func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier, alloc cufile.Allocation, pos, end int64, dst uint64) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if e.raw != nil && !e.noRaw.Load() {
+		moved, err := e.streamRaw(ctx, cancel, r, copier, alloc, pos, end, dst)
+		if !errors.Is(err, objstore.ErrNoRaw) {
+			return moved, err
+		}
+		e.noRaw.Store(true)
+		e.log.Info("GPU reads: the store hands over no raw GET bodies; reading them through the HTTP client", "err", err)
+	}
 	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
 	guard.Start(cancel)
 	defer guard.Stop()
@@ -533,6 +554,48 @@ func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier
 		moved += n
 	}
 	return moved, objstore.CheckEnd(body)
+}
+
+// streamRaw is streamOnce with the body on a connection of its own, read
+// straight into the slots (objstore.RawBody.ReadFull waits for many bytes at
+// a time); cancel ends ctx. A caller that gives up aborts the body's read.
+func (e *Engine) streamRaw(ctx context.Context, cancel context.CancelFunc, r Request, copier cufile.Copier, alloc cufile.Allocation, pos, end int64, dst uint64) (int64, error) {
+	// The reply's headers within the read timeout, as for the HTTP
+	// client's GETs; the body's bytes then, each wait bounded by the body.
+	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
+	guard.Start(cancel)
+	body, err := e.raw.GetRaw(ctx, r.Bucket, r.Key, pos, end-pos, r.Version)
+	guard.Stop()
+	if err != nil {
+		return 0, guard.Err(err)
+	}
+	defer body.Close()
+	if e.cfg.ReadTimeout > 0 {
+		body.SetTimeout(e.cfg.ReadTimeout)
+	}
+	stop := context.AfterFunc(ctx, body.Abort)
+	defer stop()
+	var moved int64
+	for pos+moved < end {
+		slot, err := copier.AcquireSlot(ctx)
+		if err != nil {
+			return moved, err
+		}
+		n := min(int64(len(slot.Buf)), end-pos-moved)
+		if err := body.ReadFull(slot.Buf[:n]); err != nil {
+			copier.ReleaseSlot(slot) // these bytes are asked for again
+			if ctx.Err() != nil {
+				return moved, ctx.Err()
+			}
+			return moved, err
+		}
+		e.m.GPUFetchedBytes.Add(float64(n))
+		if err := copier.CopyAsync(slot, int(n), alloc, dst+uint64(moved)); err != nil {
+			return moved, err
+		}
+		moved += n
+	}
+	return moved, nil
 }
 
 // ReleaseOwner closes a caller's imports (its files are all closed).

@@ -47,6 +47,7 @@ type mountFlags struct {
 	gpu, standinDir                    string
 	rdma, rdmaLib                      string
 	declineIsError, gpuShare           bool
+	gpuRawGets                         bool
 	gpuStreams, stagingSlots, gpuOps   int
 	gpuTargetStreams, stagingPerCopier int
 	stagingStreams                     int
@@ -258,6 +259,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 			RDMALibrary:    mf.rdmaLib,
 			DeclineIsError: mf.declineIsError,
 			Share:          mf.gpuShare,
+			ClientGets:     !mf.gpuRawGets,
 			Streams:        mf.gpuStreams,
 			TargetStreams:  mf.gpuTargetStreams,
 			MaxOps:         mf.gpuOps,

@@ -159,6 +159,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "bytes of GPU reads in flight, across all callers"},
 		{name: "gpu-share", group: groupGPU, value: newBool(&mf.gpuShare, false), bare: "true",
 			help: "GPU reads of one object version into one device share its fetch while in flight; for processes loading the same objects", why: benchmarksDoc},
+		{name: "gpu-raw-gets", group: groupGPU, value: newBool(&mf.gpuRawGets, true), bare: "true",
+			help: "read GPU reads' GET bodies on connections of their own, many bytes per wake-up, where the endpoint is plain HTTP and no proxy is set; `false`: through the HTTP client", why: benchmarksDoc},
 		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, daemon.DefaultStagingSlots),
 			help: "pinned staging slots per GPU at most, pinned 64 MiB at a time as GETs need them"},
 		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, daemon.DefaultStagingSlotSize),

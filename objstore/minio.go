@@ -245,9 +245,13 @@ func (m *Minio) List(ctx context.Context, bucket, prefix, continuation string, m
 	return page, nil
 }
 
-// CloseIdleConnections closes the connections kept for later requests,
-// when the client is done with the endpoint; requests in flight keep theirs.
-func (m *Minio) CloseIdleConnections() { m.transport.CloseIdleConnections() }
+// CloseIdleConnections closes the connections kept for later requests, the
+// HTTP client's and GetRaw's, when the client is done with the endpoint;
+// requests in flight keep theirs.
+func (m *Minio) CloseIdleConnections() {
+	m.transport.CloseIdleConnections()
+	m.rawConns.closeIdle()
+}
 
 // GetRange implements Store.
 func (m *Minio) GetRange(ctx context.Context, bucket, key string, off, n int64, v Version) (io.ReadCloser, error) {

@@ -51,6 +51,22 @@ func (p *rawConns) get(host string) *net.TCPConn {
 	}
 }
 
+// closeIdle closes every connection kept.
+func (p *rawConns) closeIdle() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = make(map[string][]idleConn)
+	p.mu.Unlock()
+	for _, list := range idle {
+		for _, c := range list {
+			c.conn.Close()
+		}
+	}
+}
+
 // put keeps conn for the next GET to host, or closes it when host has as
 // many kept as it may. The oldest kept are closed once idle too long.
 func (p *rawConns) put(host string, conn *net.TCPConn) {

@@ -93,6 +93,14 @@ func TestGetRawKeepsConnectionsOfBodiesReadToTheEnd(t *testing.T) {
 	if fifth == broken {
 		t.Fatalf("the GET after a broken body went on its connection %s", broken)
 	}
+
+	// Closed when the client is done with the endpoint, as net/http's are.
+	m.CloseIdleConnections()
+	got, sixth := rawGetAll(t, m, "keep", "obj", 0, 4096, obj.Version)
+	check(got, 0)
+	if sixth == fifth {
+		t.Fatalf("a GET after CloseIdleConnections went on the kept connection %s", fifth)
+	}
 }
 
 // closingServer accepts connections and closes each: at once, or after

@@ -18,11 +18,7 @@ import (
 // reports the CPU per GB of this process (the daemon, the readers and the
 // stand-in's copies) and of the server.
 func BenchmarkGPURawGets(b *testing.B) {
-	opts := testenv.Options{}
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		opts.BaseDir = "/dev/shm"
-	}
-	srv := testenv.StartWith(b, opts)
+	srv := testenv.StartInMemory(b)
 	srv.CreateBucket(b, "data")
 	const size, readers = 256 << 20, 2
 	for i := range readers {

@@ -3,7 +3,6 @@ package objstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -25,11 +24,7 @@ import (
 // It measures a request shape, not code of the GPU path: raw-lowat exists
 // only here.
 func BenchmarkGETBodyReads(b *testing.B) {
-	opts := testenv.Options{}
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		opts.BaseDir = "/dev/shm"
-	}
-	srv := testenv.StartWith(b, opts)
+	srv := testenv.StartInMemory(b)
 	srv.CreateBucket(b, "bodies")
 	const size, readers = 256 << 20, 2
 	m := minioTestStore(b, srv.Endpoint, srv.AccessKey, srv.SecretKey)

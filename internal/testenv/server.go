@@ -71,6 +71,17 @@ func Start(t testing.TB) *Server {
 	return StartWith(t, Options{})
 }
 
+// StartInMemory is Start with the server's data on /dev/shm where the host
+// has it, for benchmarks whose server should not wait on a disk.
+func StartInMemory(t testing.TB) *Server {
+	t.Helper()
+	opts := Options{}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		opts.BaseDir = "/dev/shm"
+	}
+	return StartWith(t, opts)
+}
+
 // StartWith is Start with options.
 func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()

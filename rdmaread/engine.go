@@ -535,25 +535,38 @@ func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier
 		return 0, guard.Err(err)
 	}
 	defer body.Close()
+	moved, err := e.fillSlots(ctx, copier, alloc, dst, end-pos, func(p []byte) error {
+		guard.Touch() // the wait for a slot was the reader's, not the server's
+		return guard.ReadFull(ctx, body, p)
+	})
+	if err != nil {
+		return moved, guard.Err(err)
+	}
+	return moved, objstore.CheckEnd(body)
+}
+
+// fillSlots reads n bytes with read, a slot at a time, and enqueues each
+// slot's copy to dst; it returns how many bytes were enqueued. A slot whose
+// read failed goes back to the ring.
+func (e *Engine) fillSlots(ctx context.Context, copier cufile.Copier, alloc cufile.Allocation, dst uint64, n int64, read func(p []byte) error) (int64, error) {
 	var moved int64
-	for pos+moved < end {
+	for moved < n {
 		slot, err := copier.AcquireSlot(ctx)
 		if err != nil {
-			return moved, guard.Err(err)
+			return moved, err
 		}
-		guard.Touch()
-		n := min(int64(len(slot.Buf)), end-pos-moved)
-		if err := guard.ReadFull(ctx, body, slot.Buf[:n]); err != nil {
+		k := min(int64(len(slot.Buf)), n-moved)
+		if err := read(slot.Buf[:k]); err != nil {
 			copier.ReleaseSlot(slot) // these bytes are asked for again
 			return moved, err
 		}
-		e.m.GPUFetchedBytes.Add(float64(n))
-		if err := copier.CopyAsync(slot, int(n), alloc, dst+uint64(moved)); err != nil {
+		e.m.GPUFetchedBytes.Add(float64(k))
+		if err := copier.CopyAsync(slot, int(k), alloc, dst+uint64(moved)); err != nil {
 			return moved, err
 		}
-		moved += n
+		moved += k
 	}
-	return moved, objstore.CheckEnd(body)
+	return moved, nil
 }
 
 // streamRaw is streamOnce with the body on a connection of its own, read
@@ -575,27 +588,13 @@ func (e *Engine) streamRaw(ctx context.Context, cancel context.CancelFunc, r Req
 	}
 	stop := context.AfterFunc(ctx, body.Abort)
 	defer stop()
-	var moved int64
-	for pos+moved < end {
-		slot, err := copier.AcquireSlot(ctx)
-		if err != nil {
-			return moved, err
+	return e.fillSlots(ctx, copier, alloc, dst, end-pos, func(p []byte) error {
+		err := body.ReadFull(p)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err() // aborted: the caller's reason, not the socket's
 		}
-		n := min(int64(len(slot.Buf)), end-pos-moved)
-		if err := body.ReadFull(slot.Buf[:n]); err != nil {
-			copier.ReleaseSlot(slot) // these bytes are asked for again
-			if ctx.Err() != nil {
-				return moved, ctx.Err()
-			}
-			return moved, err
-		}
-		e.m.GPUFetchedBytes.Add(float64(n))
-		if err := copier.CopyAsync(slot, int(n), alloc, dst+uint64(moved)); err != nil {
-			return moved, err
-		}
-		moved += n
-	}
-	return moved, nil
+		return err
+	})
 }
 
 // ReleaseOwner closes a caller's imports (its files are all closed).

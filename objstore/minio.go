@@ -72,7 +72,7 @@ type Minio struct {
 	virtualHost                     bool
 	connectTimeout, responseTimeout time.Duration
 	rawReceiveBuffer                int
-	rawConns                        *rawConns
+	rawConns                        *RawConns
 }
 
 // NewMinio builds the client; it sends nothing until first used.
@@ -119,7 +119,7 @@ func NewMinio(cfg Config) (*Minio, error) {
 	return &Minio{core: core, transport: transport, virtualHost: cfg.VirtualHost,
 		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout,
 		rawReceiveBuffer: cfg.RawReceiveBuffer,
-		rawConns:         newRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil
+		rawConns:         NewRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil
 }
 
 func newTransport(cfg Config, secure bool) (*http.Transport, error) {
@@ -250,7 +250,7 @@ func (m *Minio) List(ctx context.Context, bucket, prefix, continuation string, m
 // requests in flight keep theirs.
 func (m *Minio) CloseIdleConnections() {
 	m.transport.CloseIdleConnections()
-	m.rawConns.closeIdle()
+	m.rawConns.CloseIdle()
 }
 
 // GetRange implements Store.

@@ -1,18 +1,23 @@
 package objstore
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// rawConns keeps GetRaw's connections between GETs, as net/http keeps its
-// own: a connection per GET leaves a socket in TIME-WAIT per GET, and at
-// tens of GB/s in 64 MiB parts that runs a host out of ports.
-type rawConns struct {
+// RawConns sends requests written by hand and hands a reply's body over as
+// a RawBody, keeping connections between requests as net/http keeps its
+// own: a connection per request leaves a socket in TIME-WAIT per request,
+// and at tens of GB/s in 64 MiB parts that runs a host out of ports.
+type RawConns struct {
 	mu      sync.Mutex
 	idle    map[string][]idleConn // by host:port, most recently kept last
 	perHost int
@@ -24,13 +29,112 @@ type idleConn struct {
 	since time.Time
 }
 
-func newRawConns(perHost int, maxIdle time.Duration) *rawConns {
-	return &rawConns{idle: make(map[string][]idleConn), perHost: perHost, maxIdle: maxIdle}
+// NewRawConns keeps up to perHost idle connections to each host, each for
+// at most maxIdle.
+func NewRawConns(perHost int, maxIdle time.Duration) *RawConns {
+	return &RawConns{idle: make(map[string][]idleConn), perHost: perHost, maxIdle: maxIdle}
+}
+
+// DialFunc opens a new connection to host (host:port).
+type DialFunc func(ctx context.Context, host string) (*net.TCPConn, error)
+
+// Send sends req, which has no body, to req.URL.Host on a kept connection
+// or on a new one from dial, and reads the reply's headers within timeout
+// (0: no bound but ctx's). A kept connection that the server has closed
+// since is found only when the request is sent or its reply read: then the
+// request goes again, once, on a new connection, as net/http sends it.
+//
+// A 2xx reply with a Content-Length comes with its body as a RawBody, and
+// resp.Body is http.NoBody; the RawBody's reads wait for a byte at most
+// timeout. Any other reply comes with a nil RawBody and resp.Body reading
+// the reply, whose connection closing resp.Body closes.
+func (p *RawConns) Send(ctx context.Context, req *http.Request, dial DialFunc, timeout time.Duration) (*http.Response, *RawBody, error) {
+	host := req.URL.Host
+	for {
+		conn, kept := p.get(host), true
+		if conn == nil {
+			var err error
+			if conn, err = dial(ctx, host); err != nil {
+				return nil, nil, ctxErr(ctx, err)
+			}
+			kept = false
+		}
+		resp, b, replied, err := p.exchange(ctx, conn, req, timeout)
+		if err == nil {
+			return resp, b, nil
+		}
+		conn.Close()
+		if !kept || replied || ctx.Err() != nil || !staleConn(err) {
+			return nil, nil, err
+		}
+	}
+}
+
+// exchange sends req on conn and reads its reply's headers. replied
+// reports whether any of the reply came back: a kept connection that failed
+// before that may be one the server closed.
+func (p *RawConns) exchange(ctx context.Context, conn *net.TCPConn, req *http.Request, timeout time.Duration) (resp *http.Response, b *RawBody, replied bool, err error) {
+	if timeout > 0 {
+		conn.SetDeadline(time.Now().Add(timeout))
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := req.Write(conn); err != nil {
+		return nil, nil, false, fmt.Errorf("send: %w", ctxErr(ctx, err))
+	}
+	br := bufio.NewReaderSize(conn, 16<<10)
+	if _, err := br.Peek(1); err != nil {
+		return nil, nil, false, fmt.Errorf("reply: %w", ctxErr(ctx, err))
+	}
+	resp, err = http.ReadResponse(br, req)
+	if err != nil {
+		return nil, nil, true, fmt.Errorf("reply: %w", ctxErr(ctx, err))
+	}
+	n := resp.ContentLength
+	if resp.StatusCode/100 != 2 || n < 0 || len(resp.TransferEncoding) > 0 {
+		// Read through net/http's parsing; the connection goes with it.
+		conn.SetDeadline(time.Time{})
+		if timeout > 0 {
+			conn.SetReadDeadline(time.Now().Add(timeout))
+		}
+		resp.Body = closeBoth{resp.Body, conn}
+		return resp, nil, true, nil
+	}
+	// What the reader buffered beyond the headers is the body's start.
+	head := make([]byte, min(int64(br.Buffered()), n))
+	if _, err := io.ReadFull(br, head); err != nil {
+		return nil, nil, true, err
+	}
+	if br.Buffered() > 0 {
+		return nil, nil, true, ErrLongBody
+	}
+	conn.SetDeadline(time.Time{})
+	b, err = NewRawBody(conn, head, n, timeout)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	if !resp.Close {
+		h := req.URL.Host
+		b.keep = func(c *net.TCPConn) { p.put(h, c) }
+	}
+	resp.Body = http.NoBody
+	return resp, b, true, nil
+}
+
+// closeBoth closes a reply's body and the connection it came on.
+type closeBoth struct {
+	io.ReadCloser
+	conn net.Conn
+}
+
+func (c closeBoth) Close() error {
+	c.ReadCloser.Close()
+	return c.conn.Close()
 }
 
 // get returns a connection kept for host, or nil. One the server has closed
-// since is found when the GET is sent on it (GetRaw sends it again).
-func (p *rawConns) get(host string) *net.TCPConn {
+// since is found when the request is sent on it (Send sends it again).
+func (p *RawConns) get(host string) *net.TCPConn {
 	if p == nil {
 		return nil
 	}
@@ -51,8 +155,9 @@ func (p *rawConns) get(host string) *net.TCPConn {
 	}
 }
 
-// closeIdle closes every connection kept.
-func (p *rawConns) closeIdle() {
+// CloseIdle closes every connection kept; those in use are kept or closed
+// as their bodies end.
+func (p *RawConns) CloseIdle() {
 	if p == nil {
 		return
 	}
@@ -67,9 +172,9 @@ func (p *rawConns) closeIdle() {
 	}
 }
 
-// put keeps conn for the next GET to host, or closes it when host has as
-// many kept as it may. The oldest kept are closed once idle too long.
-func (p *rawConns) put(host string, conn *net.TCPConn) {
+// put keeps conn for the next request to host, or closes it when host has
+// as many kept as it may. The oldest kept are closed once idle too long.
+func (p *RawConns) put(host string, conn *net.TCPConn) {
 	if p == nil {
 		conn.Close()
 		return

@@ -1,7 +1,6 @@
 package objstore
 
 import (
-	"bufio"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -380,26 +379,22 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 		req = signer.SignV4(*req, creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken, region)
 	}
 
-	// A kept connection the server has closed since is found only when
-	// the request is sent or its reply read: the GET goes again, once, on
-	// a new connection.
-	for {
-		conn, kept := m.rawConns.get(u.Host), true
-		if conn == nil {
-			if conn, err = m.dialRaw(ctx, u.Host); err != nil {
-				return nil, fmt.Errorf("get %s: %w", where, err)
-			}
-			kept = false
-		}
-		b, replied, err := m.exchangeRaw(ctx, conn, req, u.Host, bucket, key, off, n, v)
-		if err == nil {
-			return b, nil
-		}
-		conn.Close()
-		if !kept || replied || ctx.Err() != nil || !staleConn(err) {
-			return nil, err
-		}
+	resp, b, err := m.rawConns.Send(ctx, req, m.dialRaw, m.responseTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", where, err)
 	}
+	if b == nil {
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return nil, rawError(resp, bucket, key)
+		}
+		return nil, fmt.Errorf("get %s: asked for %d bytes at %d, server offered %d (transfer encoding %v)", where, n, off, resp.ContentLength, resp.TransferEncoding)
+	}
+	if err := checkRawReply(resp, off, n, v); err != nil {
+		b.Close() // the body unread: its connection goes
+		return nil, fmt.Errorf("get %s: %w", where, err)
+	}
+	return b, nil
 }
 
 // dialRaw opens a connection for GetRaw.
@@ -423,60 +418,20 @@ func (m *Minio) dialRaw(ctx context.Context, host string) (*net.TCPConn, error) 
 	return c.(*net.TCPConn), nil
 }
 
-// exchangeRaw sends req on conn and reads its reply's headers, checked as
-// GetRaw promises. replied reports whether any of the reply came back: a
-// kept connection that failed before that may be one the server closed.
-func (m *Minio) exchangeRaw(ctx context.Context, conn *net.TCPConn, req *http.Request, host, bucket, key string, off, n int64, v Version) (b *RawBody, replied bool, err error) {
-	where := bucket + "/" + key
-	// The headers must come within the response timeout, as for every
-	// other request; the caller's context can end the wait too.
-	conn.SetDeadline(time.Now().Add(m.responseTimeout))
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if err := req.Write(conn); err != nil {
-		return nil, false, fmt.Errorf("get %s: send: %w", where, ctxErr(ctx, err))
-	}
-	br := bufio.NewReaderSize(conn, 16<<10)
-	if _, err := br.Peek(1); err != nil {
-		return nil, false, fmt.Errorf("get %s: reply: %w", where, ctxErr(ctx, err))
-	}
-	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		return nil, true, fmt.Errorf("get %s: reply: %w", where, ctxErr(ctx, err))
-	}
-	if resp.StatusCode/100 != 2 {
-		return nil, true, rawError(resp, bucket, key)
-	}
-	if len(resp.TransferEncoding) > 0 || resp.ContentLength != n {
-		return nil, true, fmt.Errorf("get %s: asked for %d bytes at %d, server offered %d (transfer encoding %v)", where, n, off, resp.ContentLength, resp.TransferEncoding)
+// checkRawReply checks a 2xx reply to GetRaw's request against what was
+// asked: its length, where its bytes start, and the object's version.
+func checkRawReply(resp *http.Response, off, n int64, v Version) error {
+	if resp.ContentLength != n {
+		return fmt.Errorf("asked for %d bytes at %d, server offered %d", n, off, resp.ContentLength)
 	}
 	if resp.StatusCode == http.StatusPartialContent {
 		if start, ok := contentRangeStart(resp.Header.Get("Content-Range")); !ok || start != off {
-			return nil, true, fmt.Errorf("get %s: asked for bytes from %d, server sent %q", where, off, resp.Header.Get("Content-Range"))
+			return fmt.Errorf("asked for bytes from %d, server sent %q", off, resp.Header.Get("Content-Range"))
 		}
 	} else if off != 0 || n != v.Size {
-		return nil, true, fmt.Errorf("get %s: asked for %d bytes at %d, server sent the whole object (%d)", where, n, off, resp.ContentLength)
+		return fmt.Errorf("asked for %d bytes at %d, server sent the whole object (%d)", n, off, resp.ContentLength)
 	}
-	if err := checkVersion(v, cleanETag(resp.Header.Get("ETag")), resp.Header); err != nil {
-		return nil, true, fmt.Errorf("get %s: %w", where, err)
-	}
-	// What the reader buffered beyond the headers is the body's start.
-	head := make([]byte, min(int64(br.Buffered()), n))
-	if _, err := io.ReadFull(br, head); err != nil {
-		return nil, true, fmt.Errorf("get %s: %w", where, err)
-	}
-	if br.Buffered() > 0 {
-		return nil, true, fmt.Errorf("get %s: %w", where, ErrLongBody)
-	}
-	conn.SetDeadline(time.Time{})
-	b, err = NewRawBody(conn, head, n, m.responseTimeout)
-	if err != nil {
-		return nil, true, fmt.Errorf("get %s: %w", where, err)
-	}
-	if !resp.Close {
-		b.keep = func(c *net.TCPConn) { m.rawConns.put(host, c) }
-	}
-	return b, true, nil
+	return checkVersion(v, cleanETag(resp.Header.Get("ETag")), resp.Header)
 }
 
 // ctxErr prefers the context's error: a deadline set to end the wait

@@ -118,7 +118,8 @@ type Proxy struct {
 	closed   chan struct{}
 	closing  sync.Once
 
-	rate atomic.Uint64 // math.Float64bits of the current rate
+	rate  atomic.Uint64 // math.Float64bits of the current rate
+	conns atomic.Int64  // client connections accepted
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -158,7 +159,13 @@ func Start(upstream string, cfg Config) (*Proxy, error) {
 		},
 	}
 	p.SetRate(cfg.Rate)
-	p.srv = httptest.NewServer(p)
+	p.srv = httptest.NewUnstartedServer(p)
+	p.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			p.conns.Add(1)
+		}
+	}
+	p.srv.Start()
 	p.URL = p.srv.URL
 	return p, nil
 }
@@ -175,6 +182,10 @@ func (p *Proxy) Close() {
 		p.client.CloseIdleConnections()
 	})
 }
+
+// Connections is how many client connections the proxy has accepted: a
+// client that keeps its connections opens few.
+func (p *Proxy) Connections() int64 { return p.conns.Load() }
 
 // Counts returns the faults injected so far by kind name, plus "requests"
 // (all requests) and "matched" (those that could have had a fault).

@@ -15,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
@@ -43,7 +44,11 @@ type rig struct {
 	version objstore.Version
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigVia(t, nil) }
+
+// newRigVia is newRig with the fabric's upstream given by via, from
+// versitygw's endpoint (nil: versitygw itself).
+func newRigVia(t *testing.T, via func(endpoint string) string) *rig {
 	t.Helper()
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, bucket)
@@ -69,8 +74,12 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 
+	upstream := srv.Endpoint
+	if via != nil {
+		upstream = via(upstream)
+	}
 	f := NewFabric()
-	server, err := NewServer(f, srv.Endpoint, func(int) (cufile.Stager, error) { return stager, nil })
+	server, err := NewServer(f, upstream, func(int) (cufile.Stager, error) { return stager, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +217,98 @@ func TestServedReadsReuseOneRegistration(t *testing.T) {
 	}
 	if r.fabric.Stats().Regions != 0 {
 		t.Fatal("ReleaseAllocation left the region registered")
+	}
+}
+
+// throughProxy puts a fault proxy, without faults until told, between the
+// fabric and versitygw.
+func throughProxy(t *testing.T, cfg faultproxy.Config) (func(string) string, **faultproxy.Proxy) {
+	var p *faultproxy.Proxy
+	return func(endpoint string) string {
+		var err error
+		if p, err = faultproxy.Start(endpoint, cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p.URL
+	}, &p
+}
+
+func TestServedReadsKeepTheirUpstreamConnections(t *testing.T) {
+	via, proxy := throughProxy(t, faultproxy.Config{})
+	r := newRigVia(t, via)
+	const n = 512 << 10
+	before := (*proxy).Connections()
+	get := func(i int64) {
+		t.Helper()
+		tok, _ := r.token(t, uint64(i*n), n)
+		rep, err := r.get(t, i*n, n, tok)
+		if err != nil || rep.Outcome != objstore.RDMAServed {
+			t.Fatalf("read %d: %+v %v", i, rep, err)
+		}
+	}
+	for i := range int64(6) {
+		get(i)
+	}
+	sameBytes(t, "buffer", r.buffer(t)[:6*n], testenv.RandomBytes(seed, 0, 6*n))
+	if got := (*proxy).Connections() - before; got != 1 {
+		t.Fatalf("6 reads one after another opened %d connections upstream, want 1", got)
+	}
+	// A transfer cut short leaves the rest of its body unread: its
+	// connection is closed, and the next read opens another.
+	r.fabric.SetModeFor(ShortTransfer, 1)
+	tok, _ := r.token(t, 6*n, n)
+	if rep, err := r.get(t, 6*n, n, tok); err != nil || rep.Outcome != objstore.RDMAShortTransfer {
+		t.Fatalf("%+v %v, want a short transfer", rep, err)
+	}
+	get(7)
+	if got := (*proxy).Connections() - before; got != 2 {
+		t.Fatalf("after a short transfer %d connections upstream, want 2", got)
+	}
+}
+
+func TestUpstreamFaultsEndTheTransfer(t *testing.T) {
+	for _, kind := range []faultproxy.Kind{faultproxy.Reset, faultproxy.StallBody} {
+		t.Run(kind.String(), func(t *testing.T) {
+			via, proxy := throughProxy(t, faultproxy.Config{Kinds: []faultproxy.Kind{kind}, StallFor: time.Minute})
+			r := newRigVia(t, via)
+			const off, n, dst = 4096, 2 << 20, 1 << 20
+			(*proxy).SetRate(1)
+			served := r.fabric.Stats().ServeNanos
+			tok, _ := r.token(t, dst, n)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			rep, err := r.store.GetRangeRDMA(ctx, bucket, key, off, n, r.version, tok)
+			if rep.Body != nil {
+				rep.Body.Close()
+			}
+			if err == nil && rep.Outcome == objstore.RDMAServed {
+				t.Fatalf("%+v: a transfer whose body broke was served", rep)
+			}
+			// The server's side ends too: a stalled body is given up with
+			// its caller, not after the proxy's minute.
+			deadline := time.Now().Add(10 * time.Second)
+			for r.fabric.Stats().ServeNanos == served {
+				if time.Now().After(deadline) {
+					t.Fatal("the transfer still runs after its caller gave up")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			buf := r.buffer(t)
+			if !isZero(buf[:dst]) || !isZero(buf[dst+n:]) {
+				t.Fatal("bytes outside the token's range were written")
+			}
+			// The fabric serves the next transfer whole.
+			(*proxy).SetRate(0)
+			rep, err = r.get(t, off, n, tok)
+			if err != nil || rep.Outcome != objstore.RDMAServed {
+				t.Fatalf("after the fault: %+v %v", rep, err)
+			}
+			sameBytes(t, "buffer", r.buffer(t)[dst:dst+n], testenv.RandomBytes(seed, off, n))
+			if got := (*proxy).Counts()[kind.String()]; got != 1 {
+				t.Fatalf("%d %s faults injected, want 1", got, kind)
+			}
+		})
 	}
 }
 

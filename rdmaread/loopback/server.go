@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
@@ -40,16 +41,20 @@ type Server struct {
 	f        *Fabric
 	upstream *url.URL
 	stagers  StagerFunc
-	proxy    *httputil.ReverseProxy
-	// upstreamTransport is the proxy's; Close lets its kept connections go.
+	// proxy passes requests without a token through.
+	proxy *httputil.ReverseProxy
+	// upstreamTransport is the proxy's, and fetches token GETs from an
+	// https upstream; Close lets its kept connections go.
 	upstreamTransport *http.Transport
+	// conns fetch token GETs from an http upstream, their bodies read
+	// straight into the staging slots as the GPU path reads its own.
+	conns *objstore.RawConns
 
 	mu  sync.Mutex
 	srv *http.Server
 }
 
-// target is where a GET with a token writes; it rides in the request's
-// context from ServeHTTP to the proxy's response hook.
+// target is where a GET with a token writes.
 type target struct {
 	token  rdmatoken.Token
 	region *region
@@ -57,7 +62,12 @@ type target struct {
 	short  bool
 }
 
-type targetKey struct{}
+// Kept connections to the upstream: enough for every transfer the daemon
+// runs at once (its --gpu-max-ops), closed after a minute idle.
+const (
+	keptPerHost = 256
+	keptIdle    = time.Minute
+)
 
 // NewServer proxies to upstream (http://host:port) and writes through the
 // stagers stagers gives.
@@ -66,8 +76,8 @@ func NewServer(f *Fabric, upstream string, stagers StagerFunc) (*Server, error) 
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("loopback: upstream %q: want http://host[:port]", upstream)
 	}
-	s := &Server{f: f, upstream: u, stagers: stagers}
-	s.upstreamTransport = &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64}
+	s := &Server{f: f, upstream: u, stagers: stagers, conns: objstore.NewRawConns(keptPerHost, keptIdle)}
+	s.upstreamTransport = &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: keptPerHost}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -75,8 +85,7 @@ func NewServer(f *Fabric, upstream string, stagers StagerFunc) (*Server, error) 
 			// client signed.
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:      s.upstreamTransport,
-		ModifyResponse: s.writeIntoRegion,
+		Transport: s.upstreamTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
 		},
@@ -135,42 +144,60 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &target{token: tok, region: reg, off: off, short: mode == ShortTransfer}
 	start := time.Now()
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	s.serveToken(w, r, t)
 	s.f.count(func(st *Stats) { st.ServeNanos += int64(time.Since(start)) })
 }
 
-// writeIntoRegion turns the upstream's body into a loopback RDMA write: the
+// serveToken turns the upstream's reply into a loopback RDMA write: the
 // bytes go into the region and the reply keeps the object headers but
 // carries the RDMA reply headers and no body. Replies other than 200 and
 // 206 (errors, 304, 412) pass through unchanged.
-func (s *Server) writeIntoRegion(resp *http.Response) error {
-	t, ok := resp.Request.Context().Value(targetKey{}).(*target)
-	if !ok || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent) {
-		return nil
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, t *target) {
+	ctx := r.Context()
+	resp, raw, err := s.fetch(ctx, r)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
+		return
 	}
 	defer resp.Body.Close()
-	n := resp.ContentLength
-	if n < 0 {
-		// Unknown length: read at most one byte past what the token holds.
-		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.token.Size)+1))
-		if err != nil {
-			return err
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
+		if raw != nil {
+			raw.Close()
 		}
-		n = int64(len(body))
-		resp.Body = io.NopCloser(bytes.NewReader(body))
+		relay(w, resp)
+		return
+	}
+	var body io.Reader = resp.Body
+	n := resp.ContentLength
+	if raw != nil {
+		defer raw.Close()
+		stop := context.AfterFunc(ctx, raw.Abort) // a caller that gave up ends the read
+		defer stop()
+		body = rawReader{raw}
+	} else if n < 0 {
+		// Unknown length: read at most one byte past what the token holds.
+		all, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.token.Size)+1))
+		if err != nil {
+			writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
+			return
+		}
+		n, body = int64(len(all)), bytes.NewReader(all)
 	}
 	if n > int64(t.token.Size) {
 		s.f.count(func(st *Stats) { st.Rejected++ })
-		return replaceWithError(resp, http.StatusBadRequest, "InvalidToken",
+		writeError(w, r, http.StatusBadRequest, "InvalidToken",
 			fmt.Sprintf("x-amz-rdma-token names %d bytes, the range has %d", t.token.Size, n))
+		return
 	}
 	want := n
 	if t.short {
 		want = n / 2
 	}
-	wrote, err := s.write(resp.Request.Context(), t.region.alloc, t.off, resp.Body, want)
+	wrote, err := s.write(ctx, t.region.alloc, t.off, body, want)
 	if err != nil {
-		return fmt.Errorf("RDMA write of %d bytes failed after %d: %w", want, wrote, err)
+		writeError(w, r, http.StatusInternalServerError, "InternalError",
+			fmt.Sprintf("loopback: RDMA write of %d bytes failed after %d: %v", want, wrote, err))
+		return
 	}
 	s.f.count(func(st *Stats) {
 		st.Served++
@@ -179,14 +206,84 @@ func (s *Server) writeIntoRegion(resp *http.Response) error {
 			st.Short++
 		}
 	})
-	h := resp.Header
+	h := w.Header()
+	copyHeader(h, resp.Header)
 	h.Set(replyHeader, strconv.Itoa(resp.StatusCode))
 	h.Set(bytesHeader, strconv.FormatInt(wrote, 10))
 	h.Set("Content-Length", "0")
 	h.Del("Content-Type")
-	resp.ContentLength = 0
-	resp.Body = http.NoBody
-	return nil
+	w.WriteHeader(resp.StatusCode)
+}
+
+// fetch sends r to the upstream. From an http upstream a 2xx reply of known
+// length comes with its body as a RawBody (resp.Body is empty); otherwise
+// the body is resp.Body.
+func (s *Server) fetch(ctx context.Context, r *http.Request) (*http.Response, *objstore.RawBody, error) {
+	u := *s.upstream
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
+	out, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	out.Header = r.Header.Clone()
+	for _, k := range hopHeaders {
+		out.Header.Del(k)
+	}
+	// Host is a signed header: the upstream must see the one the client
+	// signed.
+	out.Host = r.Host
+	if u.Scheme != "http" {
+		resp, err := s.upstreamTransport.RoundTrip(out)
+		return resp, nil, err
+	}
+	return s.conns.Send(ctx, out, dial, 0)
+}
+
+func dial(ctx context.Context, host string) (*net.TCPConn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// hopHeaders are a connection's own, never forwarded (RFC 9110, 7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, k := range hopHeaders {
+		dst.Del(k)
+	}
+}
+
+// relay passes an upstream reply through unchanged.
+func relay(w http.ResponseWriter, resp *http.Response) {
+	copyHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// rawReader reads a RawBody as io.ReadFull asks: every read fills p, up to
+// what the body has left.
+type rawReader struct{ b *objstore.RawBody }
+
+func (r rawReader) Read(p []byte) (int, error) {
+	k := min(int64(len(p)), r.b.Left())
+	if k == 0 {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	if err := r.b.ReadFull(p[:k]); err != nil {
+		return 0, err
+	}
+	return int(k), nil
 }
 
 // write copies n bytes of body into alloc at off through a copier of the
@@ -227,6 +324,7 @@ func (s *Server) Close() error {
 	}
 	err := srv.Close()
 	s.upstreamTransport.CloseIdleConnections()
+	s.conns.CloseIdle()
 	return err
 }
 
@@ -250,17 +348,4 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg st
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	w.Write(body)
-}
-
-// replaceWithError turns an upstream reply into an S3 error reply.
-func replaceWithError(resp *http.Response, status int, code, msg string) error {
-	body := errorBody(resp.Request, code, msg)
-	resp.StatusCode = status
-	resp.Status = fmt.Sprintf("%d %s", status, http.StatusText(status))
-	resp.Header = http.Header{}
-	resp.Header.Set("Content-Type", "application/xml")
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	resp.ContentLength = int64(len(body))
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	return nil
 }

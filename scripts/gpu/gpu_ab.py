@@ -186,7 +186,8 @@ def main():
         by_round = {r["round"]: r["gbps"] for r in (ref or [])}
         paired = [r["gbps"] / by_round[r["round"]] for r in rs if by_round.get(r["round"])]
         pr = f"x{sum(paired) / len(paired):.3f} [{min(paired):.2f}-{max(paired):.2f}]" if paired else "-"
-        print(f"N={n} {name:14s} {g:6.2f} GB/s  x{g / rg if rg else 0:.3f} raw  by round {pr}  [{' '.join('%.2f' % r['gbps'] for r in rs)}]  busy {cores:4.1f} cores  cpu-s/GB daemon {dc:.3f} vgw {vc:.3f} client {cc:.3f}", flush=True)
+        ops = sum(r.get("ops_per_s") or 0 for r in rs) / len(rs)
+        print(f"N={n} {name:14s} {g:6.2f} GB/s {ops:7.1f} ops/s  x{g / rg if rg else 0:.3f} raw  by round {pr}  [{' '.join('%.2f' % r['gbps'] for r in rs)}]  busy {cores:4.1f} cores  cpu-s/GB daemon {dc:.3f} vgw {vc:.3f} client {cc:.3f}", flush=True)
 
 if __name__ == "__main__":
     main()

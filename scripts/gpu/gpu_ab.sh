@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU-read variants side by side on a GPU machine (scripts/gpu/gpu_ab.py): each variant is its own
 # daemon on its own mountpoint, all mounted at once, and the trials alternate between them and raw
-# GETs, ROUNDS rounds of SECS seconds at each process count in PROCS, 256 MiB objects.
+# GETs, ROUNDS rounds of SECS seconds at each process count in PROCS, objects of SIZE_MIB MiB (256;
+# 64 for operations per second).
 #   VARIANTS: one per line, "NAME BUILD [mount flags...]"; BUILD is s3gdsfs (this build) or the
 #   name of a build in .dev/alt/NAME.xz; a variable assignment before NAME (X=1 NAME BUILD ...)
 #   is set in that daemon's environment.
@@ -23,7 +24,7 @@ VARIANTS=${VARIANTS:-"defaults s3gdsfs"}
 source scripts/gpu/lib.sh
 unpack_alt_builds
 start_store
-upload big- "${COUNT:-16}" $((256 << 20)) 100 > "$OUT/big.json"
+upload big- "${COUNT:-16}" $((${SIZE_MIB:-256} << 20)) 100 > "$OUT/big.json"
 pids=(); args=(); port=9741
 while read -r line; do
   [ -z "$line" ] && continue

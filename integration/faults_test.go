@@ -962,3 +962,61 @@ func TestInterruptedGPUReadsNeverReportMissingBytes(t *testing.T) {
 		t.Error("no read succeeded")
 	}
 }
+
+// GPU reads over the loopback fabric, with the proxy in front of versitygw
+// breaking a quarter of the ranged GETs: the fabric's own upstream GETs and
+// the HTTP GETs its declines fall back to. No read may return a wrong byte
+// or write outside its range; each succeeds or fails with EIO within the
+// bound, and once the server is whole again the bytes go over RDMA.
+func TestLoopbackRDMAReadsUnderProxyFaults(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	objs := putFaultObjects(t, srv, "data", 3, 83)
+	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 20261203, Rate: 0.25, StallFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	mp, bufDir, d := faultMount(t, srv, "data", proxy.URL, func(c *daemon.Config) { c.GPU.RDMA = "loopback" })
+	bytesBy := func() (rdma, declined float64) {
+		snap, err := d.Metrics.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range snap["gpu_declined_bytes_total"].(map[string]float64) {
+			declined += v
+		}
+		return snap["gpu_read_bytes_total"].(map[string]float64)["rdma"], declined
+	}
+
+	c := newTally()
+	faultWorkload(t, mp, bufDir, objs, 8, 160, 1, 11, c, onlyEIO)
+	t.Logf("loopback RDMA under proxy faults: %s; faults: %s", c, objstore.SortedFaultCounts(proxy.Counts()))
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	if c.ok["gpu"] < 80 {
+		t.Errorf("too few GPU reads succeeded under a 25%% fault rate: %s", c)
+	}
+	checkBound(t, c)
+	rdma, declined := bytesBy()
+	if rdma == 0 || declined == 0 {
+		t.Errorf("under faults %v bytes over RDMA and %v declined: want both", rdma, declined)
+	}
+	if fabric := d.LoopbackFabric().Stats(); fabric.Served == 0 {
+		t.Errorf("the fabric served nothing: %+v", fabric)
+	}
+
+	proxy.SetRate(0)
+	after := newTally()
+	faultWorkload(t, mp, bufDir, objs, 4, 40, 1, 12, after, func(string, error) bool { return false })
+	for _, p := range after.problems {
+		t.Error(p)
+	}
+	if after.ok["gpu"] != 40 {
+		t.Errorf("after the faults: %s", after)
+	}
+	if rdma2, declined2 := bytesBy(); rdma2 <= rdma || declined2 != declined {
+		t.Errorf("without faults: RDMA bytes %v -> %v, declined %v -> %v: want every byte over RDMA", rdma, rdma2, declined, declined2)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -61,20 +62,31 @@ func TestLoopbackRDMAEndToEndAndEveryDecline(t *testing.T) {
 		{loopback.FailRegistration, abi.DeclineRegistrationFailed, 0},
 		{loopback.RejectToken, abi.DeclineTokenRejected, 0},
 		{loopback.ShortTransfer, abi.DeclineShortTransfer, -1},
+		// A fabric that holds its reply past the read timeout: given up,
+		// the bytes go over HTTP.
+		{loopback.Stall, abi.DeclineTimeout, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.decline.String(), func(t *testing.T) {
-			mp, dir, d := gpuMount(t, srv, "data", func(cfg *daemon.Config) { cfg.GPU.RDMA = "loopback" })
+			mp, dir, d := gpuMount(t, srv, "data", func(cfg *daemon.Config) {
+				cfg.GPU.RDMA = "loopback"
+				cfg.GPU.ReadTimeout = 2 * time.Second
+			})
 			d.LoopbackFabric().SetMode(c.mode)
+			d.LoopbackFabric().SetStall(time.Minute)
 			f, err := os.Open(filepath.Join(mp, "obj"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
 			buf := hostBuffer(t, dir, "buf", size+4096, 0)
+			start := time.Now()
 			res, err := s3gds.Read(f, hostRequest(buf, 0, size, 4096))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 20*time.Second {
+				t.Fatalf("the read took %v: a stalled transfer was not given up", took)
 			}
 			got, err := os.ReadFile(filepath.Join(dir, buf))
 			if err != nil {

@@ -89,8 +89,8 @@ type Stats struct {
 	Ignored             int64 // GETs with a token proxied with their body
 	Rejected            int64 // tokens refused (RejectToken, or naming no region)
 	Stalled             int64
-	// ServeNanos is the time spent serving token GETs that were answered
-	// with an RDMA reply: the upstream GET and the write into the region,
+	// ServeNanos is the time spent on token GETs whose token checked out,
+	// however they ended: the upstream GET and the write into the region,
 	// the fabric's own share of an RDMA read.
 	ServeNanos  int64
 	Passthrough int64 // requests without a token

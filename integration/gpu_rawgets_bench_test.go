@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
@@ -41,36 +40,10 @@ func BenchmarkGPURawGets(b *testing.B) {
 				files[i] = f
 				bufs[i] = hostBuffer(b, dir, fmt.Sprintf("buf%d", i), size, 0)
 			}
-			b.SetBytes(readers * size)
-			cpu0, srv0 := testenv.SelfCPUSeconds(), benchProcCPU(b, srv.Pid())
-			for b.Loop() {
-				var wg sync.WaitGroup
-				errs := make([]error, readers)
-				for i := range readers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						_, errs[i] = s3gds.Read(files[i], hostRequest(bufs[i], 0, size, 0))
-					}()
-				}
-				wg.Wait()
-				for _, err := range errs {
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			gb := float64(b.N) * readers * size / 1e9
-			b.ReportMetric((testenv.SelfCPUSeconds()-cpu0)/gb, "process-cpu-s/GB")
-			b.ReportMetric((benchProcCPU(b, srv.Pid())-srv0)/gb, "server-cpu-s/GB")
+			testenv.BenchReadsAtOnce(b, readers, readers*size, srv.Pid(), "process-cpu-s/GB", "server-cpu-s/GB", func(i int) error {
+				_, err := s3gds.Read(files[i], hostRequest(bufs[i], 0, size, 0))
+				return err
+			})
 		})
 	}
-}
-
-func benchProcCPU(b *testing.B, pid int) float64 {
-	t, err := testenv.ProcessCPUSeconds(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return t
 }

@@ -3,7 +3,6 @@ package objstore
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,28 +48,9 @@ func BenchmarkGETBodyReads(b *testing.B) {
 			for i := range bufs {
 				bufs[i] = make([]byte, 4<<20)
 			}
-			b.SetBytes(readers * size)
-			cpu0, srv0 := testenv.SelfCPUSeconds(), serverCPUSeconds(b, srv.Pid())
-			for b.Loop() {
-				var wg sync.WaitGroup
-				errs := make([]error, readers)
-				for i := range readers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						errs[i] = shape.read(m, fmt.Sprintf("o%d", i), versions[i], bufs[i], shape.lowat)
-					}()
-				}
-				wg.Wait()
-				for _, err := range errs {
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			gb := float64(b.N) * readers * size / 1e9
-			b.ReportMetric((testenv.SelfCPUSeconds()-cpu0)/gb, "reader-cpu-s/GB")
-			b.ReportMetric((serverCPUSeconds(b, srv.Pid())-srv0)/gb, "server-cpu-s/GB")
+			testenv.BenchReadsAtOnce(b, readers, readers*size, srv.Pid(), "reader-cpu-s/GB", "server-cpu-s/GB", func(i int) error {
+				return shape.read(m, fmt.Sprintf("o%d", i), versions[i], bufs[i], shape.lowat)
+			})
 		})
 	}
 }
@@ -120,12 +100,4 @@ func readRawBody(m *Minio, key string, v Version, buf []byte, lowat int) error {
 		}
 	}
 	return nil
-}
-
-func serverCPUSeconds(b *testing.B, pid int) float64 {
-	t, err := testenv.ProcessCPUSeconds(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return t
 }

@@ -41,8 +41,10 @@ type Config struct {
 	// PartSize, when set, is the largest range of one HTTP GET of a GPU
 	// read; parts are streamed through slots, so they may exceed a slot.
 	PartSize int64
-	// RDMAChunk is the largest RDMA transfer: reads are cut into chunks of
-	// at most this size so that callers interleave.
+	// RDMAChunk is the largest RDMA transfer. A read is cut into transfers
+	// as into HTTP parts (its share of TargetStreams), none larger than
+	// this: a busy reader's whole object is one transfer, which a server
+	// answers more cheaply than ranges of it.
 	RDMAChunk int64
 	// Staging sizes each device's pinned ring; a chunk of a request is one slot.
 	Staging     cufile.StagerConfig
@@ -71,7 +73,7 @@ const (
 	DefaultTargetStreams = 8
 	DefaultMaxOps        = 64
 	DefaultMaxBytes      = 16 << 30
-	DefaultRDMAChunk     = 256 << 20
+	DefaultRDMAChunk     = MaxServerOp
 	DefaultSlotSize      = 4 << 20
 	DefaultSlots         = 256
 	DefaultCopiers       = 8

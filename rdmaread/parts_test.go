@@ -49,3 +49,33 @@ func TestLoneReadTakesTheTargetByDefault(t *testing.T) {
 		t.Fatalf("a lone %d-byte read in %d parts, want %d (the target streams)", n, got, want)
 	}
 }
+
+// An RDMA read is cut as its HTTP parts are: among busy readers a whole
+// object of up to MaxServerOp is one transfer, which a server answers more
+// cheaply than ranges of it; --rdma-chunk only caps it.
+func TestRDMATransfersFollowTheParts(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name       string
+		chunk      int64
+		n, reading int64
+		want       int64 // transfers
+	}{
+		{"busy: a 768 MiB object is one transfer", 0, 768 * mib, 8, 1},
+		{"busy: larger than MaxServerOp, cut at it", 0, 3 << 30, 8, 3},
+		{"alone: the target streams' ranges", 0, 256 * mib, 1, 8},
+		{"--rdma-chunk caps a busy reader's transfer", 256 * mib, 768 * mib, 8, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Engine{cfg: Config{RDMAChunk: tc.chunk}}
+			e.cfg.applyDefaults()
+			size := e.transferSize(tc.n, tc.reading)
+			if size > MaxServerOp {
+				t.Fatalf("transfer of %d bytes, above MaxServerOp", size)
+			}
+			if got := (tc.n + size - 1) / size; got != tc.want {
+				t.Fatalf("%d-byte read among %d: %d transfers of %d, want %d", tc.n, tc.reading, got, size, tc.want)
+			}
+		})
+	}
+}

@@ -94,8 +94,7 @@ type partResult struct {
 // most Streams at a time, each first over RDMA and, when declined, over
 // HTTP into the same place.
 func (e *Engine) readRDMA(ctx context.Context, r Request, n int64, alloc cufile.Allocation) (Result, error) {
-	chunk := min(e.cfg.RDMAChunk, e.partSize(n, e.reading.Load()))
-	parts := rdmatoken.SplitRange(r.Offset, n, chunk) // readers interleave by chunk
+	parts := rdmatoken.SplitRange(r.Offset, n, e.transferSize(n, e.reading.Load()))
 	results := make([]partResult, len(parts))
 	sem := make(chan struct{}, e.cfg.Streams)
 	var wg sync.WaitGroup
@@ -140,6 +139,12 @@ func (e *Engine) readRDMA(ctx context.Context, r Request, n int64, alloc cufile.
 		res.Transport = abi.TransportHTTP
 	}
 	return res, nil
+}
+
+// transferSize is the largest RDMA transfer of a read of n bytes while
+// reading reads are in flight: the read's HTTP part, at most RDMAChunk.
+func (e *Engine) transferSize(n, reading int64) int64 {
+	return min(e.cfg.RDMAChunk, e.partSize(n, reading))
 }
 
 // rdmaPart carries one part. Answers about the object (gone, changed,

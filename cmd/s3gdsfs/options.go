@@ -174,7 +174,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "rdma-lib", group: groupGPU, arg: "FILE", value: newString(&mf.rdmaLib, ""), def: "the library search path",
 			help: "path of `libs3rdma.so`"},
 		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: newSize(&mf.rdmaChunk, daemon.DefaultRDMAChunk),
-			help: "largest single RDMA transfer (1MiB to 1GiB); reads are cut into such chunks so that callers interleave"},
+			help: "largest single RDMA transfer (1MiB to 1GiB); a GPU read is cut into transfers as into HTTP parts, by its share of `--gpu-target-streams`, none larger than this"},
 		{name: "rdma-decline-is-error", group: groupGPU, value: newBool(&mf.declineIsError, false), bare: "true",
 			help: "fail a GPU read whose RDMA transfer is declined (ECANCELED) instead of reading it over HTTP"},
 

@@ -404,6 +404,17 @@ func releasedGPUMount(t *testing.T, srv *testenv.Server, bucket string, tune fun
 	return mp, dir, d
 }
 
+// startProxy puts a fault proxy in front of upstream for the test's life.
+func startProxy(t testing.TB, upstream string, cfg faultproxy.Config) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(upstream, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 // faultMount mounts bucket through addr (the fault proxy) with the GPU
 // stand-in, small timeouts and little memory.
 func faultMount(t *testing.T, srv *testenv.Server, bucket, endpoint string, tune func(*daemon.Config)) (string, string, *daemon.Daemon) {
@@ -435,11 +446,7 @@ func TestRandomReadsUnderProxyFaults(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	objs := putFaultObjects(t, srv, "data", 4, 40)
-	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 20260101, Rate: 0.25, StallFor: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 20260101, Rate: 0.25, StallFor: time.Minute})
 	mp, bufDir, d := faultMount(t, srv, "data", proxy.URL, nil)
 
 	c := newTally()
@@ -972,11 +979,7 @@ func TestLoopbackRDMAReadsUnderProxyFaults(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	objs := putFaultObjects(t, srv, "data", 3, 83)
-	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 20261203, Rate: 0.25, StallFor: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 20261203, Rate: 0.25, StallFor: time.Minute})
 	mp, bufDir, d := faultMount(t, srv, "data", proxy.URL, func(c *daemon.Config) { c.GPU.RDMA = "loopback" })
 	bytesBy := func() (rdma, declined float64) {
 		snap, err := d.Metrics.Snapshot()

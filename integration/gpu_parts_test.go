@@ -140,11 +140,7 @@ func killedCallerLeavesTheRingWhole(t *testing.T, raw bool) {
 			c.WrapStore = func(s objstore.Store) objstore.Store { return &slowBodies{Store: s, pause: time.Millisecond} }
 			return
 		}
-		proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{SegmentSize: 32 << 10, SegmentGap: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(proxy.Close)
+		proxy := startProxy(t, srv.Endpoint, faultproxy.Config{SegmentSize: 32 << 10, SegmentGap: time.Millisecond})
 		c.S3.Endpoint = proxy.URL
 		// No faults: it counts the raw GETs.
 		c.WrapStore = func(s objstore.Store) objstore.Store {

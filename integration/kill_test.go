@@ -33,14 +33,10 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 	for i, key := range []string{"slow-handled.bin", "slow-killed.bin", "slow-handled-killed.bin"} {
 		srv.PutRandomObject(t, "data", key, size, int64(30+i))
 	}
-	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{
+	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{
 		Seed: 3, Rate: 1, Kinds: []faultproxy.Kind{faultproxy.StallHeaders}, StallFor: time.Minute,
 		Match: func(r *http.Request) bool { return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "slow-") },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
 	const stallGuard = 2 * time.Second // a stalled GET is given up and retried after this
 	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
@@ -142,14 +138,10 @@ func TestAnAbortedMountEndsAHandledRead(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	const size = 66 << 20 // direct I/O: the read is a request
 	srv.PutRandomObject(t, "data", "slow.bin", size, 40)
-	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{
+	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{
 		Seed: 4, Rate: 1, Kinds: []faultproxy.Kind{faultproxy.StallHeaders}, StallFor: time.Minute,
 		Match: func(r *http.Request) bool { return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "slow") },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
 	const stallGuard = 2 * time.Second // a stalled GET is given up and retried after this
 	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL

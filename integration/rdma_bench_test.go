@@ -29,8 +29,7 @@ func BenchmarkLoopbackRDMAOverhead(b *testing.B) {
 			srv.PutRandomObject(b, "data", "obj", size, 5)
 			mp, dir, d := gpuMount(b, srv, "data", func(c *daemon.Config) {
 				c.GPU.RDMA = "loopback"
-				// One transfer per call: no chunks, no parts by load.
-				c.GPU.RDMAChunk = size
+				// One transfer per call: one stream, so no parts by load.
 				c.GPU.Streams = 1
 			})
 			f, err := os.Open(filepath.Join(mp, "obj"))

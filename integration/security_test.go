@@ -134,13 +134,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 	srv.PutRandomObject(t, "data", "dir/cold.bin", 1<<20, 72)
 	// Every request may fail, in every way but a stall (a stalled listing
 	// or lookup waits for the response timeout, not for the read timeout).
-	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 5, Rate: 0,
+	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 5, Rate: 0,
 		Kinds: []faultproxy.Kind{faultproxy.Reset, faultproxy.Status500, faultproxy.Status503, faultproxy.Truncate, faultproxy.LieLength},
 		Match: func(*http.Request) bool { return true }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
 	logs := &syncBuffer{}
 	mp, bufDir, d := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL

@@ -214,16 +214,12 @@ func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
 		kind := tc.kind
 		t.Run(fmt.Sprintf("%s/fuse-poll=%v", kind, tc.poll), func(t *testing.T) {
 			var gets atomic.Int64
-			proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 9, Rate: 1,
+			proxy := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 9, Rate: 1,
 				Kinds: []faultproxy.Kind{kind}, StallFor: time.Minute,
 				// Only the first GET, the spliced one, breaks.
 				Match: func(r *http.Request) bool {
 					return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/big.bin") && gets.Add(1) == 1
 				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(proxy.Close)
 			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
 				c.FS.PollRequests = tc.poll
 				c.S3.Endpoint = proxy.URL
@@ -307,11 +303,7 @@ func TestSplicedBodyInSmallPacketsIsCopiedAndExact(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	const size, seed = 3<<20 + 99, 76
 	sum := srv.PutRandomObject(t, "data", "big.bin", size, seed)
-	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{SegmentSize: 1000, SegmentGap: 20 * time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{SegmentSize: 1000, SegmentGap: 20 * time.Microsecond})
 	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.S3.Endpoint = proxy.URL })
 	if got := fileSHA256(t, filepath.Join(mp, "big.bin"), 1<<20); got != sum {
 		t.Fatalf("sha256 %s, want %s", got, sum)
@@ -398,20 +390,12 @@ func TestSplicedReaderFacingAStoppedServerFailsWithinTheDocumentedBound(t *testi
 	isGet := func(r *http.Request) bool {
 		return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/big.bin")
 	}
-	inner, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Seed: 3, Rate: 1,
+	inner := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 3, Rate: 1,
 		Kinds: []faultproxy.Kind{faultproxy.StallBody}, StallFor: time.Minute, Match: isGet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inner.Close)
 	var gets atomic.Int64
-	proxy, err := faultproxy.Start(inner.URL, faultproxy.Config{Seed: 4, Rate: 1,
+	proxy := startProxy(t, inner.URL, faultproxy.Config{Seed: 4, Rate: 1,
 		Kinds: []faultproxy.Kind{faultproxy.StallHeaders}, StallFor: time.Minute,
 		Match: func(r *http.Request) bool { return isGet(r) && gets.Add(1) > 1 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
 	const readTimeout, retries = 5 * time.Second, 2
 	const documented = (retries+1)*readTimeout + (50+200)*time.Millisecond // 15.25 s
 	const slack = 2500 * time.Millisecond

@@ -69,10 +69,10 @@ type Minio struct {
 	core      *minio.Core
 	transport *http.Transport
 	// For GetRaw, which sends its GETs itself.
-	virtualHost                     bool
-	connectTimeout, responseTimeout time.Duration
-	rawReceiveBuffer                int
-	rawConns                        *RawConns
+	virtualHost     bool
+	responseTimeout time.Duration
+	dialRaw         DialFunc
+	rawConns        *RawConns
 }
 
 // NewMinio builds the client; it sends nothing until first used.
@@ -117,9 +117,9 @@ func NewMinio(cfg Config) (*Minio, error) {
 		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
 	}
 	return &Minio{core: core, transport: transport, virtualHost: cfg.VirtualHost,
-		connectTimeout: transport.TLSHandshakeTimeout, responseTimeout: transport.ResponseHeaderTimeout,
-		rawReceiveBuffer: cfg.RawReceiveBuffer,
-		rawConns:         NewRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil
+		responseTimeout: transport.ResponseHeaderTimeout,
+		dialRaw:         rawDialer(transport.TLSHandshakeTimeout, cfg.RawReceiveBuffer),
+		rawConns:        NewRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil
 }
 
 func newTransport(cfg Config, secure bool) (*http.Transport, error) {

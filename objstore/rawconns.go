@@ -38,6 +38,17 @@ func NewRawConns(perHost int, maxIdle time.Duration) *RawConns {
 // DialFunc opens a new connection to host (host:port).
 type DialFunc func(ctx context.Context, host string) (*net.TCPConn, error)
 
+// TCPDialer is the DialFunc that dials TCP with d.
+func TCPDialer(d *net.Dialer) DialFunc {
+	return func(ctx context.Context, host string) (*net.TCPConn, error) {
+		c, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.TCPConn), nil
+	}
+}
+
 // Send sends req, which has no body, to req.URL.Host on a kept connection
 // or on a new one from dial, and reads the reply's headers within timeout
 // (0: no bound but ctx's). A kept connection that the server has closed
@@ -135,9 +146,6 @@ func (c closeBoth) Close() error {
 // get returns a connection kept for host, or nil. One the server has closed
 // since is found when the request is sent on it (Send sends it again).
 func (p *RawConns) get(host string) *net.TCPConn {
-	if p == nil {
-		return nil
-	}
 	for {
 		p.mu.Lock()
 		list := p.idle[host]
@@ -158,9 +166,6 @@ func (p *RawConns) get(host string) *net.TCPConn {
 // CloseIdle closes every connection kept; those in use are kept or closed
 // as their bodies end.
 func (p *RawConns) CloseIdle() {
-	if p == nil {
-		return
-	}
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = make(map[string][]idleConn)
@@ -175,10 +180,6 @@ func (p *RawConns) CloseIdle() {
 // put keeps conn for the next request to host, or closes it when host has
 // as many kept as it may. The oldest kept are closed once idle too long.
 func (p *RawConns) put(host string, conn *net.TCPConn) {
-	if p == nil {
-		conn.Close()
-		return
-	}
 	conn.SetDeadline(time.Time{})
 	p.mu.Lock()
 	list := p.idle[host]

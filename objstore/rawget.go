@@ -397,10 +397,11 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 	return b, nil
 }
 
-// dialRaw opens a connection for GetRaw.
-func (m *Minio) dialRaw(ctx context.Context, host string) (*net.TCPConn, error) {
-	d := net.Dialer{Timeout: m.connectTimeout, KeepAlive: 30 * time.Second}
-	if size := m.rawReceiveBuffer; size > 0 {
+// rawDialer dials GetRaw's connections, each with a receive buffer of
+// receiveBuffer bytes where that is set.
+func rawDialer(connectTimeout time.Duration, receiveBuffer int) DialFunc {
+	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+	if size := receiveBuffer; size > 0 {
 		// Set before the connect, so that the window the server is
 		// offered from the first segment on is the larger one.
 		d.Control = func(network, address string, c syscall.RawConn) error {
@@ -411,11 +412,7 @@ func (m *Minio) dialRaw(ctx context.Context, host string) (*net.TCPConn, error) 
 			})
 		}
 	}
-	c, err := d.DialContext(ctx, "tcp", host)
-	if err != nil {
-		return nil, err
-	}
-	return c.(*net.TCPConn), nil
+	return TCPDialer(d)
 }
 
 // checkRawReply checks a 2xx reply to GetRaw's request against what was

@@ -239,14 +239,8 @@ func (s *Server) fetch(ctx context.Context, r *http.Request) (*http.Response, *o
 	return s.conns.Send(ctx, out, dial, 0)
 }
 
-func dial(ctx context.Context, host string) (*net.TCPConn, error) {
-	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", host)
-	if err != nil {
-		return nil, err
-	}
-	return c.(*net.TCPConn), nil
-}
+// dial opens the fabric's upstream connections.
+var dial = objstore.TCPDialer(&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second})
 
 // hopHeaders are a connection's own, never forwarded (RFC 9110, 7.6.1).
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
 // DefaultStandinDir is where the host stand-in looks for its "device memory".
@@ -29,22 +32,41 @@ const DefaultStandinDir = "/dev/shm"
 // name meanwhile is still the old mapping, so a new buffer needs a new name.
 // Copies run on one goroutine per stream, asynchronously, as on a device,
 // and every check the CUDA backend makes is made here too.
+//
+// The daemon writes the file with its own rights (root's), so a name is
+// resolved beneath dir with no symlink in any component and the file
+// opened must be a regular file of the caller's (ImportAs): a user can have
+// object bytes written only into a file that user could write anyway.
 func NewHostStandin(dir string) (Backend, error) {
 	if dir == "" {
 		dir = DefaultStandinDir
+	}
+	given, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cufile: host stand-in directory: %w", err)
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cufile: host stand-in directory: %w", err)
 	}
-	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("cufile: host stand-in directory %s is not a directory", dir)
+	// Held open for the daemon's life: names resolve beneath this
+	// directory, whatever happens to the path that named it.
+	root, err := os.OpenFile(real, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cufile: host stand-in directory %s is not a directory: %v", dir, err)
 	}
-	return &hostStandin{dir: real}, nil
+	h := &hostStandin{dir: real, given: given, root: root}
+	h.walk = !openat2Works(int(root.Fd()))
+	return h, nil
 }
 
 type hostStandin struct {
-	dir       string // symlinks resolved
+	dir   string   // symlinks resolved
+	given string   // as configured, absolute: names may start with it too
+	root  *os.File // dir, opened at start
+	// walk: openat2 is unavailable (ENOSYS, or refused by a seccomp
+	// filter), so names are resolved one component at a time.
+	walk      bool
 	copyDelay time.Duration
 }
 
@@ -65,56 +87,160 @@ func checkStandinDevice(device int) error {
 	return nil
 }
 
+// CallerImporter is a Backend whose buffers belong to users: ImportAs
+// imports one only for the uid that may write it. An ImportCache over such a
+// backend shares an import between requests of one uid only.
+type CallerImporter interface {
+	ImportAs(device int, h Handle, uid uint32) (Allocation, error)
+}
+
+// Import imports hd for the daemon's own effective uid.
 func (h *hostStandin) Import(device int, hd Handle) (Allocation, error) {
+	return h.ImportAs(device, hd, uint32(os.Geteuid()))
+}
+
+// ImportAs maps the file hd names if it is a non-empty regular file owned
+// by uid, reached beneath the directory through no symlink. A refusal wraps
+// ErrBadHandle and carries its errno (docs/ioctl.md): EXDEV for a name
+// leading outside, ELOOP for a symlink in it, EINVAL for a file that is not
+// a non-empty regular file, EPERM for another user's file; a name that
+// does not open is EBADF.
+func (h *hostStandin) ImportAs(device int, hd Handle, uid uint32) (Allocation, error) {
 	if err := checkStandinDevice(device); err != nil {
 		return nil, err
 	}
-	path, err := h.resolve(hd)
+	f, err := h.open(hd, uid)
 	if err != nil {
 		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadHandle, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadHandle, err)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return nil, fmt.Errorf("%w: %s is not a non-empty regular file", ErrBadHandle, path)
-	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("%w: mmap %s: %v", ErrBadHandle, path, err)
+		return nil, fmt.Errorf("%w: mmap %s: %v", ErrBadHandle, f.Name(), err)
 	}
 	return &hostAllocation{mem: mem, size: uint64(len(mem))}, nil
 }
 
-// resolve turns a handle into a path inside the stand-in's directory,
-// refusing '..', absolute paths elsewhere and symlinks that lead out.
-func (h *hostStandin) resolve(hd Handle) (string, error) {
+// refused is an import refusal with the errno the read ioctl answers.
+func refused(code syscall.Errno, format string, args ...any) error {
+	return errno.With(code, fmt.Errorf("%w: "+format, append([]any{ErrBadHandle}, args...)...))
+}
+
+// open opens the buffer hd names for uid. Every check is made on the
+// opened descriptor, never on a path beforehand: a name swapped between a
+// check and the open cannot move the write elsewhere.
+func (h *hostStandin) open(hd Handle, uid uint32) (*os.File, error) {
+	name, rel, err := h.relative(hd)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := h.openBeneath(rel)
+	if err != nil {
+		switch err {
+		case unix.ELOOP:
+			return nil, refused(syscall.ELOOP, "%q: a component is a symlink (the host stand-in follows none)", name)
+		case unix.EXDEV:
+			return nil, refused(syscall.EXDEV, "%q leads outside %s", name, h.dir)
+		case unix.EISDIR, unix.ENXIO:
+			return nil, refused(syscall.EINVAL, "%q is not a regular file", name)
+		}
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadHandle, name, err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(h.dir, rel))
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadHandle, name, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		err = refused(syscall.EINVAL, "%q is not a regular file", name)
+	case st.Uid != uid:
+		err = refused(syscall.EPERM, "%q belongs to uid %d, not to the caller (uid %d)", name, st.Uid, uid)
+	case st.Size <= 0:
+		err = refused(syscall.EINVAL, "%q is empty", name)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// relative turns a handle into its name and the path relative to the
+// directory that names the same file, refusing '..' anywhere and absolute
+// names elsewhere (EXDEV).
+func (h *hostStandin) relative(hd Handle) (name, rel string, err error) {
 	end := slices.Index(hd[:], 0)
 	if end <= 0 {
-		return "", fmt.Errorf("%w: stand-in handle holds no NUL-terminated name", ErrBadHandle)
+		return "", "", fmt.Errorf("%w: stand-in handle holds no NUL-terminated name", ErrBadHandle)
 	}
-	name := string(hd[:end])
+	name = string(hd[:end])
 	if slices.Contains(strings.Split(name, "/"), "..") {
-		return "", fmt.Errorf("%w: %q has a '..' element", ErrBadHandle, name)
+		return "", "", refused(syscall.EXDEV, "%q has a '..' element", name)
 	}
-	path := name
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(h.dir, path)
+	if !filepath.IsAbs(name) {
+		return name, filepath.Clean(name), nil
 	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadHandle, err)
+	for _, d := range []string{h.dir, h.given} {
+		if r, err := filepath.Rel(d, filepath.Clean(name)); err == nil && filepath.IsLocal(r) {
+			return name, r, nil
+		}
 	}
-	if rel, err := filepath.Rel(h.dir, real); err != nil || !filepath.IsLocal(rel) {
-		return "", fmt.Errorf("%w: %q is outside %s", ErrBadHandle, name, h.dir)
+	return "", "", refused(syscall.EXDEV, "%q is outside %s", name, h.dir)
+}
+
+// bufferOpenFlags open a buffer for writing: never a symlink, never
+// creating, never blocking (a FIFO, a leased file), never a terminal.
+const bufferOpenFlags = unix.O_RDWR | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// openBeneath opens rel (relative, no '..') beneath the directory with no
+// symlink at any component: in one openat2 where the kernel has it,
+// otherwise one openat per component, each refusing a symlink.
+func (h *hostStandin) openBeneath(rel string) (int, error) {
+	defer runtime.KeepAlive(h.root)
+	root := int(h.root.Fd())
+	if !h.walk {
+		return openat2Beneath(root, rel, bufferOpenFlags)
 	}
-	return real, nil
+	var parts []string
+	for _, p := range strings.Split(rel, "/") {
+		if p != "" && p != "." {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{"."}
+	}
+	dir := root
+	defer func() {
+		if dir != root {
+			unix.Close(dir)
+		}
+	}()
+	for _, p := range parts[:len(parts)-1] {
+		// Not O_DIRECTORY: with it a symlink is ENOTDIR, not ELOOP.
+		fd, err := unix.Openat(dir, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		if dir != root {
+			unix.Close(dir)
+		}
+		dir = fd
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return -1, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return -1, unix.ENOTDIR
+		}
+	}
+	return unix.Openat(dir, parts[len(parts)-1], bufferOpenFlags, 0)
 }
 
 func (h *hostStandin) NewStager(device int, cfg StagerConfig) (Stager, error) {

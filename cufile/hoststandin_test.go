@@ -8,21 +8,39 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
 // standin returns a host stand-in over a fresh directory.
 func standin(t *testing.T) (*hostStandin, string) {
 	t.Helper()
-	dir := t.TempDir()
+	dir := shortTempDir(t)
 	b, err := NewHostStandin(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b.(*hostStandin), dir
+}
+
+// shortTempDir is a fresh directory with a short path, so that absolute
+// names inside it fit in a handle's 63 bytes.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // standinFile creates a stand-in "allocation" of size bytes, all fill.
@@ -139,19 +157,6 @@ func TestStandinImportRefusesBadNames(t *testing.T) {
 			t.Errorf("%s: Import = %v, %v; want ErrBadHandle", what, a, err)
 		}
 	}
-}
-
-func TestStandinSymlinkInsideIsFollowed(t *testing.T) {
-	b, dir := standin(t)
-	standinFile(t, dir, "buf", 100, 0)
-	if err := os.Symlink("buf", filepath.Join(dir, "alias")); err != nil {
-		t.Fatal(err)
-	}
-	a, err := b.Import(0, nameHandle("alias"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
 }
 
 func TestStandinRefusesOtherDevices(t *testing.T) {
@@ -401,5 +406,284 @@ func TestStandinTruncatedFileFailsCopy(t *testing.T) {
 	}
 	if err := c.Sync(); !errors.Is(err, ErrBadHandle) {
 		t.Fatalf("Sync = %v; want ErrBadHandle", err)
+	}
+}
+
+// standinModes runs f on a stand-in over a fresh directory once for each
+// way of resolving names: openat2 (where the kernel has it) and the
+// component-by-component walk used where it does not.
+func standinModes(t *testing.T, f func(t *testing.T, b *hostStandin, dir string)) {
+	for _, walk := range []bool{false, true} {
+		name := "openat2"
+		if walk {
+			name = "walk"
+		}
+		t.Run(name, func(t *testing.T) {
+			b, dir := standin(t)
+			if !walk && b.walk {
+				t.Skip("openat2 is unavailable here")
+			}
+			b.walk = walk
+			f(t, b, dir)
+		})
+	}
+}
+
+// wantRefusal checks that err refuses an import with the errno the read
+// ioctl answers; code 0 is a refusal that carries none (EBADF).
+func wantRefusal(t *testing.T, what string, a Allocation, err error, code syscall.Errno) {
+	t.Helper()
+	if err == nil {
+		a.Close()
+		t.Errorf("%s: imported; want a refusal (errno %v)", what, code)
+		return
+	}
+	got, ok := errno.Of(err)
+	if !errors.Is(err, ErrBadHandle) || got != code || ok != (code != 0) {
+		t.Errorf("%s: %v (errno %v); want ErrBadHandle with errno %v", what, err, got, code)
+	}
+}
+
+// Every name the stand-in refuses is refused with its own errno, in both
+// ways of resolving names, and nothing outside the directory is written.
+func TestStandinRefusalsCarryTheirErrno(t *testing.T) {
+	standinModes(t, func(t *testing.T, b *hostStandin, dir string) {
+		uid := uint32(os.Geteuid())
+		standinFile(t, dir, "buf", 100, 0)
+		standinFile(t, dir, "empty", 0, 0)
+		outDir := shortTempDir(t)
+		outside := standinFile(t, outDir, "secret", 100, 0x5a)
+		before := fileSum(t, outside)
+		for _, l := range [][2]string{{outside, "link-out"}, {"buf", "alias"}, {outDir, "dirlink"}, {".", "self"}} {
+			if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		standinFile(t, dir, "sub/inner", 100, 0)
+		if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("unix", filepath.Join(dir, "sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+
+		for _, tc := range []struct {
+			what, name string
+			code       syscall.Errno
+		}{
+			{"dot-dot", "../" + filepath.Base(dir) + "/buf", syscall.EXDEV},
+			{"dot-dot inside", "sub/../buf", syscall.EXDEV},
+			{"absolute outside", outside, syscall.EXDEV},
+			{"absolute via ..", dir + "/../" + filepath.Base(dir) + "/buf", syscall.EXDEV},
+			{"symlink out, last component", "link-out", syscall.ELOOP},
+			{"symlink inside, last component", "alias", syscall.ELOOP},
+			{"symlink to a directory outside, as a component", "dirlink/secret", syscall.ELOOP},
+			{"symlink to the directory, as a component", "self/buf", syscall.ELOOP},
+			{"absolute through a symlink component", dir + "/self/buf", syscall.ELOOP},
+			{"directory", "sub", syscall.EINVAL},
+			{"the directory", dir, syscall.EINVAL},
+			{"FIFO", "fifo", syscall.EINVAL},
+			{"socket", "sock", syscall.EINVAL},
+			{"empty file", "empty", syscall.EINVAL},
+			{"missing", "nope", 0},
+			{"a file as a directory", "buf/x", 0},
+		} {
+			a, err := b.ImportAs(0, nameHandle(tc.name), uid)
+			wantRefusal(t, tc.what, a, err, tc.code)
+		}
+		if fileSum(t, outside) != before {
+			t.Error("the file outside the directory changed")
+		}
+		// A file in a subdirectory, reached through real directories, is fine.
+		a, err := b.ImportAs(0, nameHandle("sub/inner"), uid)
+		if err != nil {
+			t.Fatalf("sub/inner: %v", err)
+		}
+		a.Close()
+	})
+}
+
+// The stand-in writes only a regular file owned by the caller's uid: a
+// user may not name root's files, nor another user's, nor may root name a
+// user's; the owner may.
+func TestStandinWritesOnlyTheCallersFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give files to other users")
+	}
+	const user, other = 4201, 4202
+	standinModes(t, func(t *testing.T, b *hostStandin, dir string) {
+		rootFile := standinFile(t, dir, "root-owned", 4096, 0x11)
+		otherFile := standinFile(t, dir, "others", 4096, 0x22)
+		if err := os.Chown(otherFile, other, other); err != nil {
+			t.Fatal(err)
+		}
+		sums := map[string][32]byte{rootFile: fileSum(t, rootFile), otherFile: fileSum(t, otherFile)}
+		for _, tc := range []struct {
+			what, name string
+			uid        uint32
+		}{
+			{"root's file named by a user", "root-owned", user},
+			{"another user's file", "others", user},
+			{"a user's file named by root", "others", 0},
+		} {
+			a, err := b.ImportAs(0, nameHandle(tc.name), tc.uid)
+			wantRefusal(t, tc.what, a, err, syscall.EPERM)
+		}
+		// Its owner imports it, and writes land in it.
+		a, err := b.ImportAs(0, nameHandle("others"), other)
+		if err != nil {
+			t.Fatalf("the owner's import: %v", err)
+		}
+		want := pattern(4096, 9)
+		if err := a.(*hostAllocation).write(0, want); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		if fileSum(t, otherFile) != sha256.Sum256(want) {
+			t.Error("the owner's write did not land in its file")
+		}
+		if fileSum(t, rootFile) != sums[rootFile] {
+			t.Error("root's file changed")
+		}
+	})
+}
+
+// An import one uid opened is never handed to another: the cache keeps the
+// stand-in's imports per uid, so the owner check is made for each.
+func TestStandinImportCacheChecksEachUser(t *testing.T) {
+	b, dir := standin(t)
+	standinFile(t, dir, "buf", 4096, 0)
+	c := NewImportCache(b)
+	defer c.Close()
+	me := uint32(os.Geteuid())
+	a, err := c.AcquireAs(1, me, 0, nameHandle("buf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Put(a)
+	got, err := c.AcquireAs(2, me+1, 0, nameHandle("buf"))
+	wantRefusal(t, "another uid naming an open import", nil, err, syscall.EPERM)
+	if got != nil {
+		t.Error("the refused request got an allocation")
+	}
+	again, err := c.AcquireAs(3, me, 0, nameHandle("buf"))
+	if err != nil || again != a {
+		t.Fatalf("the owner's second request: %v, shared %v", err, again == a)
+	}
+	c.Put(again)
+}
+
+// A directory component swapped for a symlink to a directory outside while
+// imports are made never moves a write outside: each import either lands
+// in the file inside or is refused, and the file outside (owned by the
+// caller, so only resolution protects it) stays as it was.
+func TestStandinDirectorySwapRace(t *testing.T) {
+	standinModes(t, func(t *testing.T, b *hostStandin, dir string) {
+		uid := uint32(os.Geteuid())
+		outDir := t.TempDir()
+		outside := standinFile(t, outDir, "buf", 4096, 0x5a)
+		before := fileSum(t, outside)
+		if err := os.Mkdir(filepath.Join(dir, "d"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		inside := standinFile(t, dir, "d/buf", 4096, 0)
+		if err := os.Symlink(outDir, filepath.Join(dir, "e")); err != nil {
+			t.Fatal(err)
+		}
+		// "d" is the directory or the symlink, swapped atomically where
+		// the filesystem can, else by three renames.
+		swap := func() {
+			d, e := filepath.Join(dir, "d"), filepath.Join(dir, "e")
+			if unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, e, unix.RENAME_EXCHANGE) == nil {
+				return
+			}
+			tmp := filepath.Join(dir, "tmp")
+			os.Rename(d, tmp)
+			os.Rename(e, d)
+			os.Rename(tmp, e)
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					swap()
+				}
+			}
+		}()
+		data := pattern(4096, 7)
+		var landed, refused int
+		var odd error
+		for i := 0; i < 200000 && (i < 5000 || landed < 100 || refused < 100); i++ {
+			a, err := b.ImportAs(0, nameHandle("d/buf"), uid)
+			if err != nil {
+				if code, _ := errno.Of(err); code != syscall.ELOOP && !errors.Is(err, syscall.ENOENT) && odd == nil {
+					odd = err // reported once, after the outside file is checked
+				}
+				refused++
+				continue
+			}
+			if err := a.(*hostAllocation).write(0, data); err != nil {
+				t.Fatal(err)
+			}
+			a.Close()
+			landed++
+		}
+		close(stop)
+		<-done
+		t.Logf("%d imports landed inside, %d refused", landed, refused)
+		if fileSum(t, outside) != before {
+			t.Fatal("bytes landed in the file outside the directory")
+		}
+		if odd != nil {
+			code, _ := errno.Of(odd)
+			t.Errorf("refusal %v (errno %v); want ELOOP (or ENOENT between renames)", odd, code)
+		}
+		if ents, _ := os.ReadDir(outDir); len(ents) != 1 {
+			t.Errorf("the directory outside holds %d entries; want only its file", len(ents))
+		}
+		if landed == 0 || refused == 0 {
+			t.Fatalf("the swap never raced the imports (%d landed, %d refused)", landed, refused)
+		}
+		// Wherever "d" is now, the directory is "d" or "e" inside.
+		p := inside
+		if _, err := os.Lstat(p); err != nil || fileSum(t, p) != sha256.Sum256(data) {
+			p = filepath.Join(dir, "e", "buf")
+		}
+		if fileSum(t, p) != sha256.Sum256(data) {
+			t.Error("the imports that landed did not write the file inside")
+		}
+	})
+}
+
+// Absolute names may start with the directory as configured or as its
+// symlinks resolve; only the configured path's own symlinks are followed.
+func TestStandinAbsoluteNamesUnderEitherSpelling(t *testing.T) {
+	real := shortTempDir(t)
+	standinFile(t, real, "buf", 100, 0)
+	link := filepath.Join(shortTempDir(t), "shm")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewHostStandin(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{link + "/buf", real + "/buf", "buf"} {
+		a, err := b.Import(0, nameHandle(name))
+		if err != nil {
+			t.Errorf("Import(%q): %v", name, err)
+			continue
+		}
+		a.Close()
 	}
 }

@@ -3,6 +3,7 @@ package cufile
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,7 @@ type ImportCache struct {
 type importKey struct {
 	device int
 	handle Handle
+	uid    uint32 // the caller's, for a CallerImporter; else 0
 }
 
 type importEntry struct {
@@ -56,13 +58,30 @@ func NewImportCache(b Backend) *ImportCache {
 // Acquire returns the import of h on device for one request of owner,
 // opening it on first use. Every successful Acquire needs one Put.
 func (c *ImportCache) Acquire(owner, device int, h Handle) (Allocation, error) {
-	key := importKey{device, h}
+	return c.AcquireAs(owner, uint32(os.Geteuid()), device, h)
+}
+
+// AcquireAs is Acquire for a request of the user uid. A CallerImporter
+// backend checks uid on each import, and an import one uid opened is never
+// handed to another.
+func (c *ImportCache) AcquireAs(owner int, uid uint32, device int, h Handle) (Allocation, error) {
+	key := importKey{device: device, handle: h}
+	ci, perCaller := c.backend.(CallerImporter)
+	if perCaller {
+		key.uid = uid
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
 	if e == nil {
 		// Opened under the lock so that one handle is never opened twice.
-		a, err := c.backend.Import(device, h)
+		var a Allocation
+		var err error
+		if perCaller {
+			a, err = ci.ImportAs(device, h, uid)
+		} else {
+			a, err = c.backend.Import(device, h)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		return 0, m.gpuFail(syscall.ENODEV)
 	}
 	e := fh.node.getEntry()
-	res, err := m.callers.Read(ctx, fh, int(caller.Pid), req, e.Bucket, e.Key, fh.h.Version())
+	res, err := m.callers.Read(ctx, fh, int(caller.Pid), caller.Uid, req, e.Bucket, e.Key, fh.h.Version())
 	if err != nil {
 		en := fh.node.readErrno(err)
 		m.core.Logger().Debug("GPU read failed", "bucket", e.Bucket, "key", e.Key, "offset", req.Offset,

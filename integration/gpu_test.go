@@ -193,7 +193,7 @@ func TestGPUReadBadInputGetsClearErrnoAndWritesNothing(t *testing.T) {
 		{"destination past the allocation", func() *abi.ReadRequest { return hostRequest(buf, 0, 2<<20, 0) }, unix.ERANGE},
 		{"destination offset past the allocation", func() *abi.ReadRequest { return hostRequest(buf, 0, 10, 1<<20) }, unix.ERANGE},
 		{"handle that does not open", func() *abi.ReadRequest { return hostRequest("no-such-buffer", 0, 10, 0) }, unix.EBADF},
-		{"handle escaping the directory", func() *abi.ReadRequest { return hostRequest("../../etc/passwd", 0, 10, 0) }, unix.EBADF},
+		{"handle escaping the directory", func() *abi.ReadRequest { return hostRequest("../../etc/passwd", 0, 10, 0) }, unix.EXDEV},
 		{"device that does not exist", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Device = 3; return r }, unix.ENODEV},
 		{"CUDA handle to a host stand-in daemon", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Flags = 0; return r }, unix.EINVAL},
 		{"unknown flags", func() *abi.ReadRequest { r := hostRequest(buf, 0, 10, 0); r.Flags |= 1 << 9; return r }, unix.EINVAL},
@@ -472,7 +472,7 @@ func TestGPUReadBySupplementaryGroupMember(t *testing.T) {
 		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
 	})
 	buf := hostBuffer(t, dir, "b", 4096, 0)
-	os.Chmod(filepath.Join(dir, buf), 0o666)
+	os.Chown(filepath.Join(dir, buf), 65534, 65534) // the stand-in writes only the caller's files
 	f, err := os.Open(filepath.Join(mp, "shared"))
 	if err != nil {
 		t.Fatal(err)

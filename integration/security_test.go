@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -25,11 +26,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -381,6 +384,7 @@ var documentedErrnos = map[unix.Errno]bool{
 	unix.EINVAL: true, unix.ENODEV: true, unix.EBADF: true, unix.ENOENT: true, unix.ERANGE: true,
 	unix.EACCES: true, unix.EIO: true, unix.ESTALE: true, unix.ECANCELED: true, unix.EOPNOTSUPP: true,
 	unix.EINTR: true, unix.ENOTTY: true, unix.EFAULT: true, unix.ECONNABORTED: true,
+	unix.EPERM: true, unix.ELOOP: true, unix.EXDEV: true,
 }
 
 // The errno table of docs/ioctl.md lists what the daemon answers (the
@@ -727,4 +731,206 @@ func bucketState(t *testing.T, srv *testenv.Server, bucket string) string {
 		t.Fatal("empty bucket")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// The host stand-in writes a buffer file as root, so a caller on a mount
+// other users may use (--allow-other) names only a regular file of its own
+// beneath the stand-in directory, through no symlink. A user naming root's
+// file, another user's, a symlink (to a file of its own outside), a name
+// outside or a FIFO is refused with its errno and nothing is written;
+// the user's own buffer is filled, and the daemon serves everyone after.
+func TestHostStandinWritesOnlyTheCallersFiles(t *testing.T) {
+	const nobody, other = 65534, 4242
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 64<<10 + 7
+	srv.PutRandomObject(t, "data", "obj", size, 41)
+	want := sha256.Sum256(testenv.RandomBytes(41, 0, size))
+	mp, bufDir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
+	})
+	f, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	// buffer makes a stand-in buffer of size bytes of fill owned by uid.
+	buffer := func(dir, name string, uid int) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, bytes.Repeat([]byte{0xEE}, size), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(path, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// Beside the stand-in directory (t.TempDir's next), and at a path
+	// short enough to name whole in a handle.
+	outside := buffer(t.TempDir(), "mine-outside", nobody)
+	short, err := os.MkdirTemp("", "so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(short)
+	outsideAbs := buffer(short, "mine", nobody)
+	paths := []string{buffer(bufDir, "roots", 0), buffer(bufDir, "others", other), outside, outsideAbs}
+	if err := os.Symlink(outside, filepath.Join(bufDir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(bufDir, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(filepath.Join(bufDir, "fifo"), nobody, nobody)
+	sums := map[string][32]byte{}
+	for _, p := range paths {
+		sums[p] = sha256.Sum256(mustRead(t, p))
+	}
+
+	t.Setenv("S3GDSFS_TEST_LENGTH", fmt.Sprint(size))
+	asNobody := &syscall.Credential{Uid: nobody, Gid: nobody}
+	for _, tc := range []struct {
+		what, name string
+		want       unix.Errno
+	}{
+		{"root's file", "roots", unix.EPERM},
+		{"another user's file", "others", unix.EPERM},
+		{"a symlink to the caller's file outside", "link", unix.ELOOP},
+		{"the caller's file outside, by absolute name", outsideAbs, unix.EXDEV},
+		{"the caller's file outside, by ..", "../" + filepath.Base(filepath.Dir(outside)) + "/mine-outside", unix.EXDEV},
+		{"a FIFO of the caller's", "fifo", unix.EINVAL},
+	} {
+		if len(tc.name) >= abi.IPCHandleLen {
+			t.Fatalf("%s: name %q does not fit in a handle", tc.what, tc.name)
+		}
+		out, err := childIoctlAs(t, f, tc.name, asNobody)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || unix.Errno(ee.ExitCode()) != tc.want || out != "" {
+			t.Errorf("%s: child as nobody: %v (%q); want exit with %v (%d)", tc.what, err, out, unix.ErrnoName(tc.want), tc.want)
+		}
+	}
+	for _, p := range paths {
+		if sha256.Sum256(mustRead(t, p)) != sums[p] {
+			t.Errorf("%s was written", p)
+		}
+	}
+
+	// The caller's own buffer is filled, and root's reads are served.
+	mine := buffer(bufDir, "mine", nobody)
+	if out, err := childIoctlAs(t, f, "mine", asNobody); err != nil {
+		t.Fatalf("child as nobody into its own buffer: %v (%q)", err, out)
+	}
+	if sha256.Sum256(mustRead(t, mine)) != want {
+		t.Error("the caller's own buffer does not hold the object")
+	}
+	b := newGPUBuf(t, bufDir, "root-after", size)
+	if res, err := s3gds.Read(f, hostRequest(b.name, 0, size, 0)); err != nil || res.Bytes != size || sha256.Sum256(b.mem) != want {
+		t.Fatalf("root's read after the refusals: %+v %v", res, err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A directory in a buffer's name swapped with a symlink to a directory
+// outside while GPU reads name the buffer through it: every read lands in
+// the file inside or is refused (ELOOP), and the file outside, owned by the
+// caller so only the name's resolution protects it, never changes. Each
+// read goes through a file opened for it, so that its import is resolved
+// anew rather than found in the daemon's cache.
+func TestHostStandinDirectorySwapNeverWritesOutside(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 4096
+	srv.PutRandomObject(t, "data", "obj", size, 43)
+	want := sha256.Sum256(testenv.RandomBytes(43, 0, size))
+	mp, bufDir, _ := gpuMount(t, srv, "data", nil)
+
+	outDir := t.TempDir()
+	outside := filepath.Join(outDir, "buf")
+	if err := os.WriteFile(outside, bytes.Repeat([]byte{0x77}, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := sha256.Sum256(mustRead(t, outside))
+	d, e := filepath.Join(bufDir, "d"), filepath.Join(bufDir, "e")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "buf"), make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outDir, e); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Atomically where the filesystem can, else by three renames.
+			if unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, e, unix.RENAME_EXCHANGE) != nil {
+				tmp := filepath.Join(bufDir, "tmp")
+				os.Rename(d, tmp)
+				os.Rename(e, d)
+				os.Rename(tmp, e)
+			}
+		}
+	}()
+	var landed, refused, total int
+	answers := map[string]int{}
+	for ; total < 20000 && (total < 500 || landed < 20 || refused < 20); total++ {
+		f, err := os.Open(filepath.Join(mp, "obj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s3gds.Read(f, hostRequest("d/buf", 0, size, 0))
+		f.Close()
+		var en unix.Errno
+		switch {
+		case err == nil && res.Bytes == size:
+			landed++
+			answers["ok"]++
+		case errors.As(err, &en) && (en == unix.ELOOP || en == unix.EBADF):
+			// EBADF: between the renames of a filesystem without
+			// RENAME_EXCHANGE there is no "d".
+			refused++
+			answers[unix.ErrnoName(en)]++
+		default:
+			answers[fmt.Sprint(err)]++ // reported after the file outside is checked
+		}
+	}
+	close(stop)
+	<-done
+	t.Logf("GPU reads through a swapped directory: %v", answers)
+	if sha256.Sum256(mustRead(t, outside)) != before {
+		t.Fatal("bytes landed in the file outside the stand-in directory")
+	}
+	if ents, _ := os.ReadDir(outDir); len(ents) != 1 {
+		t.Errorf("the directory outside holds %d entries; want only its file", len(ents))
+	}
+	if landed+refused != total {
+		t.Errorf("%d of %d reads neither landed nor were refused with ELOOP: %v", total-landed-refused, total, answers)
+	}
+	if landed == 0 || refused == 0 {
+		t.Fatalf("the swap never raced the reads: %v", answers)
+	}
+	// Whichever name the real directory has now, its file holds the object.
+	inside := filepath.Join(d, "buf")
+	if fi, err := os.Lstat(d); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		inside = filepath.Join(e, "buf")
+	}
+	if sha256.Sum256(mustRead(t, inside)) != want {
+		t.Error("the reads that landed did not write the file inside")
+	}
 }

@@ -41,10 +41,10 @@ var (
 	errHostHandle  = errno.New(syscall.EINVAL, "the host stand-in takes host buffers, not device handles")
 )
 
-// Read serves one GPU read of file, issued by the thread tid (the caller
-// FUSE names), into the object version the file pinned at open. Its error
-// carries the errno the read ioctl answers (docs/ioctl.md).
-func (c *Callers) Read(ctx context.Context, file any, tid int, req abi.ReadRequest, bucket, key string, v objstore.Version) (Result, error) {
+// Read serves one GPU read of file, issued by the thread tid of user uid
+// (the caller FUSE names), into the object version the file pinned at
+// open. Its error carries the errno the read ioctl answers (docs/ioctl.md).
+func (c *Callers) Read(ctx context.Context, file any, tid int, uid uint32, req abi.ReadRequest, bucket, key string, v objstore.Version) (Result, error) {
 	standin := c.engine.Backend().Name() == abi.CUDABackendHostStandin
 	tokenOnly := req.IPCHandle == [abi.IPCHandleLen]byte{} && req.Token() != ""
 	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin && !tokenOnly {
@@ -62,7 +62,7 @@ func (c *Callers) Read(ctx context.Context, file any, tid int, req abi.ReadReque
 		// more would be negative): the read is short, of 0 bytes.
 		Offset: int64(min(req.Offset, 1<<62)), Length: int64(min(req.Length, 1<<62)),
 		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
-		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, Token: req.Token(),
+		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, UID: uid, Token: req.Token(),
 	})
 	return res, readError(err)
 }

@@ -60,7 +60,7 @@ func TestCallersRefuseADeviceHandleOnTheStandIn(t *testing.T) {
 	c := standinCallers(t)
 	req := abi.ReadRequest{Length: 10}
 	req.IPCHandle[0] = 1
-	_, err := c.Read(context.Background(), new(int), os.Getpid(), req, "b", "k", objstore.Version{Size: 10})
+	_, err := c.Read(context.Background(), new(int), os.Getpid(), uint32(os.Geteuid()), req, "b", "k", objstore.Version{Size: 10})
 	if code, ok := errno.Of(err); !ok || code != syscall.EINVAL {
 		t.Fatalf("device handle on the stand-in: %v (errno %v)", err, code)
 	}

@@ -132,6 +132,7 @@ type Request struct {
 	DstOffset   uint64        // where in the allocation the bytes go
 	Flags       abi.Flags
 	Owner       int    // the caller's process, which holds the import
+	UID         uint32 // the caller's user: the host stand-in writes only its files
 	Token       string // a token the caller minted, sent as is
 }
 
@@ -287,7 +288,7 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	if rdma && r.Token != "" && r.Handle == (cufile.Handle{}) {
 		return e.readCallerToken(ctx, r, start)
 	}
-	alloc, err := e.imports.Acquire(r.Owner, r.Device, r.Handle)
+	alloc, err := e.imports.AcquireAs(r.Owner, r.UID, r.Device, r.Handle)
 	if err != nil {
 		return Result{}, err
 	}

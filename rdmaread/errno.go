@@ -26,6 +26,9 @@ func readError(err error) error {
 	case errors.Is(err, cufile.ErrNoDriver), errors.Is(err, cufile.ErrNoDevice):
 		code = syscall.ENODEV
 	case errors.Is(err, cufile.ErrBadHandle):
+		if _, ok := errno.Of(err); ok {
+			return err // the host stand-in's refusals carry theirs: EPERM, ELOOP, EXDEV, EINVAL
+		}
 		code = syscall.EBADF
 	case errors.Is(err, ErrOutOfBounds), errors.Is(err, cufile.ErrOutOfRange):
 		code = syscall.ERANGE

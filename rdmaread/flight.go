@@ -91,7 +91,7 @@ func (e *Engine) flightPart(ctx context.Context, r Request, alloc cufile.Allocat
 		}
 	}()
 	for pos, end := off, off+size; pos < end; {
-		ref, err := e.imports.Acquire(r.Owner, r.Device, r.Handle)
+		ref, err := e.imports.AcquireAs(r.Owner, r.UID, r.Device, r.Handle)
 		if err != nil {
 			detachAll(waits)
 			return 0, err

@@ -45,6 +45,7 @@ type mountFlags struct {
 	directIO                           directIOFlag
 	directIOMinSize                    sizeFlag
 	gpu, standinDir                    string
+	standinAllowOther                  bool
 	rdma, rdmaLib                      string
 	declineIsError, gpuShare           bool
 	gpuRawGets                         bool

@@ -147,6 +147,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "`auto` (CUDA when the driver loads), `off`, or `host-standin` (a test aid: files under `--host-standin-dir` stand in for device memory)"},
 		{name: "host-standin-dir", group: groupGPU, arg: "DIR", value: newString(&mf.standinDir, "/dev/shm"),
 			help: "directory of the host stand-in buffers, with `--gpu=host-standin`"},
+		{name: "host-standin-allow-other", group: groupGPU, value: newBool(&mf.standinAllowOther, false), bare: "true",
+			help: "accept `--gpu=host-standin` with `--allow-other`: every user may have the daemon write files of theirs under `--host-standin-dir` (docs/operations.md)"},
 		{name: "gpu-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuStreams, daemon.DefaultGPUStreams),
 			help: "most parallel ranged GETs of one GPU read"},
 		{name: "gpu-target-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuTargetStreams, daemon.DefaultGPUTargetStreams),
@@ -295,6 +297,9 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 // enough); given, it must fit in it.
 func (s *optionSet) settle() error {
 	mf := s.mf
+	if mf.gpu == "host-standin" && mf.allowOther && !mf.standinAllowOther {
+		return usagef("--gpu=host-standin with --allow-other lets every user have the daemon write files under --host-standin-dir (%s): add --host-standin-allow-other to accept that", mf.standinDir)
+	}
 	if s.given["profile"] && mf.credentialsFile == "" {
 		return usagef("--profile %s: only with --credentials-file (the standard chain takes the profile from $AWS_PROFILE)", mf.profile)
 	}

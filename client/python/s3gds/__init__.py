@@ -82,6 +82,9 @@ _ERRNO_HINTS = {
     errno.EBADF: "the daemon could not open the destination (CUDA IPC handle or host buffer)",
     errno.ERANGE: "the destination range lies outside the allocation",
     errno.EACCES: "this caller may not read the file",
+    errno.EPERM: "the host stand-in buffer is not a file the caller owns",
+    errno.ELOOP: "the host stand-in buffer name passes through a symbolic link",
+    errno.EXDEV: "the host stand-in buffer name leaves the stand-in directory",
     errno.ESTALE: "the object changed during the read",
     errno.ECANCELED: "RDMA was declined and the flags forbid falling back to HTTP "
                      "(the reason is counted in user.s3gdsfs.stats)",

@@ -219,16 +219,13 @@ func (g *Getter) Fetch(ctx context.Context, r Range, raw bool, failed error, del
 	return err
 }
 
-// OpenRDMA sends one S3-over-RDMA GET of r with token (RDMAGetter) and
-// says how the server answered, within ReadTimeout: the server answers once
-// the bytes are in place, so a server that stalls holds the reply. A reply
-// that brings the bytes in its body instead (a decline, an ignored token)
-// has them as a *Body in Body, read as Open's bodies are.
-func (g *Getter) OpenRDMA(ctx context.Context, r Range, token string) (RDMAReply, error) {
-	rg, ok := g.Store.(RDMAGetter)
-	if !ok {
-		return RDMAReply{}, fmt.Errorf("%w: %T", ErrNoRDMAGetter, g.Store)
-	}
+// OpenRDMA sends one S3-over-RDMA GET of r with token through rg (the
+// store, or a fabric in front of it) and says how the server answered,
+// within ReadTimeout: the server answers once the bytes are in place, so a
+// server that stalls holds the reply. A reply that brings the bytes in its
+// body instead (a decline, an ignored token) has them as a *Body in Body,
+// read as Open's bodies are.
+func (g *Getter) OpenRDMA(ctx context.Context, rg RDMAGetter, r Range, token string) (RDMAReply, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	guard := &StallGuard{Timeout: g.ReadTimeout}
 	guard.Start(cancel)

@@ -233,7 +233,7 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 // go over HTTP. A body the reply brings (a server that ignored the token)
 // is read as every GET's body is.
 func (e *Engine) transfer(ctx context.Context, r Request, p Part, token string) (objstore.RDMAReply, error) {
-	return e.gets.OpenRDMA(ctx, objstore.Range{Bucket: r.Bucket, Key: r.Key, Off: p.Off, N: p.Len, Version: r.Version}, token)
+	return e.gets.OpenRDMA(ctx, e.rdma.getter, objstore.Range{Bucket: r.Bucket, Key: r.Key, Off: p.Off, N: p.Len, Version: r.Version}, token)
 }
 
 // isObjectAnswer says whether err is the server's answer about the object

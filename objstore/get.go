@@ -105,7 +105,7 @@ func (g *Getter) Open(ctx context.Context, r Range, raw bool) (*Body, error) {
 }
 
 // Raw is the body's socket, for a reader that splices it; nil for the
-// HTTP client's bodies. Reads made on it directly are not counted by Left.
+// HTTP client's bodies.
 func (b *Body) Raw() *RawBody { return b.raw }
 
 // Left is how many of the range's bytes have not been read.

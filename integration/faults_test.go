@@ -27,6 +27,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -453,7 +454,7 @@ func TestRandomReadsUnderProxyFaults(t *testing.T) {
 	start := time.Now()
 	faultWorkload(t, mp, bufDir, objs, 16, 1024, 4, 1, c, onlyEIO)
 	t.Logf("random faults: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
-	t.Logf("faults injected by the proxy: %s", objstore.SortedFaultCounts(proxy.Counts()))
+	t.Logf("faults injected by the proxy: %s", faultstore.SortedFaultCounts(proxy.Counts()))
 	snap, _ := d.Metrics.Snapshot()
 	t.Logf("daemon: read retries %v, posix read errors %v, gpu read errors %v", snap["read_retries_total"], snap["posix_read_errors_total"], snap["gpu_read_errors_total"])
 
@@ -477,7 +478,7 @@ func TestRandomReadsUnderProxyFaults(t *testing.T) {
 	counts := proxy.Counts()
 	for _, k := range faultproxy.AllKinds() {
 		if counts[k.String()] == 0 {
-			t.Errorf("the proxy never injected %v: %s", k, objstore.SortedFaultCounts(counts))
+			t.Errorf("the proxy never injected %v: %s", k, faultstore.SortedFaultCounts(counts))
 		}
 	}
 	checkBound(t, c)
@@ -527,12 +528,12 @@ func checkBound(t *testing.T, c *tally) {
 // storeFaultMount is faultMount of bucket "data" with the Faulty decorator
 // between the daemon and minio-go, failing 30% of calls (seeded), and
 // half-second stall bounds; tune, when given, adjusts the rest.
-func storeFaultMount(t *testing.T, srv *testenv.Server, seed uint64, tune func(*daemon.Config)) (string, string, *daemon.Daemon, *objstore.Faulty) {
+func storeFaultMount(t *testing.T, srv *testenv.Server, seed uint64, tune func(*daemon.Config)) (string, string, *daemon.Daemon, *faultstore.Faulty) {
 	t.Helper()
-	var faulty *objstore.Faulty
+	var faulty *faultstore.Faulty
 	mp, bufDir, d := faultMount(t, srv, "data", "", func(c *daemon.Config) {
 		c.WrapStore = func(s objstore.Store) objstore.Store {
-			faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: seed, Rate: 0.3})
+			faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: seed, Rate: 0.3})
 			return faulty
 		}
 		c.Core.ReadTimeout = 500 * time.Millisecond
@@ -557,11 +558,11 @@ func TestRandomReadsUnderStoreFaults(t *testing.T) {
 	faultWorkload(t, mp, bufDir, objs, 12, 500, 3, 4, c, onlyEIO)
 	t.Logf("store faults: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
 	counts := faulty.Counts()
-	t.Logf("faults injected by the decorator: %s", objstore.SortedFaultCounts(counts))
+	t.Logf("faults injected by the decorator: %s", faultstore.SortedFaultCounts(counts))
 	for _, p := range c.problems {
 		t.Error(p)
 	}
-	for _, k := range objstore.AllFaults() {
+	for _, k := range faultstore.AllFaults() {
 		if counts[k.String()] == 0 {
 			t.Errorf("no %v fault was injected", k)
 		}
@@ -600,7 +601,7 @@ func TestGPUReadsOfTheirOwnUnderStoreFaults(t *testing.T) {
 			faultWorkload(t, mp, bufDir, objs, 8, 240, 1, 5, c, onlyEIO)
 			t.Logf("store faults, GPU reads of their own: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
 			counts := faulty.Counts()
-			t.Logf("faults injected by the decorator: %s", objstore.SortedFaultCounts(counts))
+			t.Logf("faults injected by the decorator: %s", faultstore.SortedFaultCounts(counts))
 			for _, p := range c.problems {
 				t.Error(p)
 			}
@@ -994,7 +995,7 @@ func TestLoopbackRDMAReadsUnderProxyFaults(t *testing.T) {
 
 	c := newTally()
 	faultWorkload(t, mp, bufDir, objs, 8, 160, 1, 11, c, onlyEIO)
-	t.Logf("loopback RDMA under proxy faults: %s; faults: %s", c, objstore.SortedFaultCounts(proxy.Counts()))
+	t.Logf("loopback RDMA under proxy faults: %s; faults: %s", c, faultstore.SortedFaultCounts(proxy.Counts()))
 	for _, p := range c.problems {
 		t.Error(p)
 	}

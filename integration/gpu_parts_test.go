@@ -18,6 +18,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -134,7 +135,7 @@ func killedCallerLeavesTheRingWhole(t *testing.T, raw bool) {
 	const size = 24 << 20
 	srv.PutRandomObject(t, "data", "obj", size, 31)
 	object := testenv.RandomBytes(31, 0, size)
-	var counted *objstore.Faulty
+	var counted *faultstore.Faulty
 	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		if !raw {
 			c.WrapStore = func(s objstore.Store) objstore.Store { return &slowBodies{Store: s, pause: time.Millisecond} }
@@ -144,7 +145,7 @@ func killedCallerLeavesTheRingWhole(t *testing.T, raw bool) {
 		c.S3.Endpoint = proxy.URL
 		// No faults: it counts the raw GETs.
 		c.WrapStore = func(s objstore.Store) objstore.Store {
-			counted = objstore.NewFaulty(s, objstore.FaultConfig{})
+			counted = faultstore.NewFaulty(s, faultstore.FaultConfig{})
 			return counted
 		}
 	})

@@ -43,8 +43,8 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -193,7 +193,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	_, err = os.Stat(filepath.Join(mp, "other"))
 	note("lookup under faults", err)
 	proxy.SetRate(0)
-	t.Logf("faults: %s", objstore.SortedFaultCounts(proxy.Counts()))
+	t.Logf("faults: %s", faultstore.SortedFaultCounts(proxy.Counts()))
 
 	// Mounts that must fail: a wrong secret, and credentials in the URL.
 	wrong := "WRONG" + secret

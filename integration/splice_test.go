@@ -17,6 +17,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
@@ -338,16 +339,16 @@ func TestFaultyStoreStillSplicesAndItsFaultsReachTheSplice(t *testing.T) {
 	const size, seed = 24<<20 + 11, 78
 	srv.PutRandomObject(t, "data", "big.bin", size, seed)
 	for _, tc := range []struct {
-		kind objstore.FaultKind
+		kind faultstore.FaultKind
 		ends string
-	}{{objstore.FaultNone, "map[done:1]"}, {objstore.FaultEarlyEOF, "map[error:1]"},
-		{objstore.FaultStallBody, "map[error:1]"}, {objstore.FaultError, "map[refused:1]"}} {
+	}{{faultstore.FaultNone, "map[done:1]"}, {faultstore.FaultEarlyEOF, "map[error:1]"},
+		{faultstore.FaultStallBody, "map[error:1]"}, {faultstore.FaultError, "map[refused:1]"}} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
-			var faulty *objstore.Faulty
+			var faulty *faultstore.Faulty
 			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
 				// The first GET, the spliced one, gets the fault.
 				c.WrapStore = func(s objstore.Store) objstore.Store {
-					faulty = objstore.NewFaulty(s, objstore.FaultConfig{Seed: 5, Script: []objstore.FaultKind{tc.kind}})
+					faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: 5, Script: []faultstore.FaultKind{tc.kind}})
 					return faulty
 				}
 				c.S3.ResponseTimeout = time.Second
@@ -364,11 +365,11 @@ func TestFaultyStoreStillSplicesAndItsFaultsReachTheSplice(t *testing.T) {
 				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
 			}
 			wantMetric(t, d, "splice_ends_total", tc.ends, "how the spliced GET ended")
-			if tc.kind == objstore.FaultNone {
+			if tc.kind == faultstore.FaultNone {
 				wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(size)), "every byte spliced through the decorator")
 			}
-			if n := faulty.Injected(); (n == 1) != (tc.kind != objstore.FaultNone) {
-				t.Errorf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+			if n := faulty.Injected(); (n == 1) != (tc.kind != faultstore.FaultNone) {
+				t.Errorf("faults injected: %s", faultstore.SortedFaultCounts(faulty.Counts()))
 			}
 		})
 	}

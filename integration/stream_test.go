@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -24,13 +25,13 @@ func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	const size = 24<<20 + 4321
 	srv.PutRandomObject(t, "data", "seq.bin", size, 31)
-	for _, kind := range []objstore.FaultKind{objstore.FaultError, objstore.FaultEarlyEOF,
-		objstore.FaultStallBody, objstore.FaultShort, objstore.FaultLong} {
+	for _, kind := range []faultstore.FaultKind{faultstore.FaultError, faultstore.FaultEarlyEOF,
+		faultstore.FaultStallBody, faultstore.FaultShort, faultstore.FaultLong} {
 		t.Run(kind.String(), func(t *testing.T) {
-			var faulty *objstore.Faulty
+			var faulty *faultstore.Faulty
 			mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 				c.WrapStore = func(s objstore.Store) objstore.Store {
-					faulty = objstore.NewFaulty(s, objstore.FaultConfig{Script: []objstore.FaultKind{kind}})
+					faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Script: []faultstore.FaultKind{kind}})
 					return faulty
 				}
 				c.Core.ReadTimeout = faultReadTimeout
@@ -46,7 +47,7 @@ func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
 				t.Errorf("a read took %v, above the bound %v", worst, faultPOSIXBound)
 			}
 			if faulty.Injected() != 1 {
-				t.Fatalf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+				t.Fatalf("faults injected: %s", faultstore.SortedFaultCounts(faulty.Counts()))
 			}
 			ends := func() string {
 				snap, err := d.Metrics.Snapshot()

@@ -36,7 +36,9 @@ type Config struct {
 	ResponseTimeout time.Duration
 	// MaxConns bounds connections kept open to the endpoint.
 	MaxConns int
-	// MaxRetries is minio-go's retry count for failed requests (1 = no retry).
+	// MaxRetries is minio-go's retry count for stat and listing requests
+	// (1 = no retry). GETs are sent once each: their retries are the
+	// reader's (Getter), which bound them by the read timeout.
 	MaxRetries int
 	// RawReceiveBuffer is the socket receive buffer GetRaw asks for its
 	// connection (SO_RCVBUFFORCE, or SO_RCVBUF within net.core.rmem_max
@@ -66,7 +68,10 @@ const (
 
 // Minio is the Store over minio-go.
 type Minio struct {
-	core      *minio.Core
+	core *minio.Core
+	// getCore sends GETs, each once: minio-go's own retries, under the
+	// Getter's, would multiply the bound on a read (docs/operations.md).
+	getCore   *minio.Core
 	transport *http.Transport
 	// For GetRaw, which sends its GETs itself.
 	virtualHost     bool
@@ -105,18 +110,24 @@ func NewMinio(cfg Config) (*Minio, error) {
 	if retries <= 0 {
 		retries = 3
 	}
-	core, err := minio.NewCore(u.Host, &minio.Options{
+	opts := minio.Options{
 		Creds:        creds,
 		Secure:       u.Scheme == "https",
 		Transport:    transport,
 		Region:       cfg.Region,
 		BucketLookup: lookup,
 		MaxRetries:   retries,
-	})
+	}
+	core, err := minio.NewCore(u.Host, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
 	}
-	return &Minio{core: core, transport: transport, virtualHost: cfg.VirtualHost,
+	opts.MaxRetries = 1
+	getCore, err := minio.NewCore(u.Host, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
+	}
+	return &Minio{core: core, getCore: getCore, transport: transport, virtualHost: cfg.VirtualHost,
 		responseTimeout: transport.ResponseHeaderTimeout,
 		dialRaw:         rawDialer(transport.TLSHandshakeTimeout, cfg.RawReceiveBuffer),
 		rawConns:        NewRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil
@@ -262,7 +273,7 @@ func (m *Minio) GetRange(ctx context.Context, bucket, key string, off, n int64, 
 	if err != nil {
 		return nil, err
 	}
-	body, info, hdr, err := m.core.GetObject(ctx, bucket, key, opts)
+	body, info, hdr, err := m.getCore.GetObject(ctx, bucket, key, opts)
 	if err != nil {
 		return nil, classify(err, bucket, key)
 	}

@@ -1,10 +1,11 @@
 // Package objstore is the S3 access layer: a small interface over the object
-// store (stat, list, ranged get), its minio-go implementation, and decorators
-// that count requests or inject failures for tests.
+// store (stat, list, ranged get), its minio-go implementation, a decorator
+// that counts requests, and the one lifecycle of a GET that every reader
+// uses (Getter).
 //
 // Everything above this package (the namespace, the read path, the GPU engine)
 // speaks only the Store interface, so it can be tested against failures that a
-// real server seldom produces.
+// real server seldom produces (internal/faultstore injects them from outside).
 package objstore
 
 import (

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,8 +56,9 @@ type RawBody struct {
 	closed  bool
 	// waits counts the splices that found the socket short and waited.
 	waits int
-	// fault, when set, breaks the body part way (Faulty.GetRaw).
-	fault *rawFault
+	// slow is set once the store proved slower than a wake-up's worth of
+	// bytes per timeout: the body's waits then wake for any byte.
+	slow bool
 	// keep, when set, takes the connection back for the next GET once the
 	// body is read to its end; broken says a read failed or was aborted,
 	// which leaves the connection at no known place.
@@ -64,44 +66,13 @@ type RawBody struct {
 	broken atomic.Bool
 }
 
-// rawFault is a fault injected into a raw body: after left more bytes the
-// body fails with err, at once or, for a stall, after the body's timeout,
-// as a connection that broke or stopped bringing bytes would.
-type rawFault struct {
-	left  int64
-	err   error
-	stall bool
-}
-
-// faulted runs move for up to n bytes of the body, as far as an injected
-// fault lets it: where the fault strikes, move is given only the bytes
-// before it, and the fault's error follows them.
-func (b *RawBody) faulted(n int, move func(k int) (int, error)) (got int, err error) {
-	defer func() {
-		if err != nil {
-			b.broken.Store(true)
-		}
-	}()
-	f := b.fault
-	if f == nil {
-		return move(n)
+// failed marks the body broken after an error: its connection is at no
+// known place in the reply.
+func (b *RawBody) failed(got int, err error) (int, error) {
+	if err != nil {
+		b.broken.Store(true)
 	}
-	if int64(n) <= f.left {
-		got, err := move(n)
-		f.left -= int64(got)
-		return got, err
-	}
-	if f.left > 0 {
-		got, err = move(int(f.left))
-		f.left -= int64(got)
-		if err != nil || f.left > 0 {
-			return got, err // failed, or the pipe is full, before the fault
-		}
-	}
-	if f.stall && b.timeout > 0 {
-		time.Sleep(b.timeout)
-	}
-	return got, fmt.Errorf("injected fault: body with %d bytes left: %w", b.left, f.err)
+	return got, err
 }
 
 // Waits is how many times a splice found the socket short of the bytes
@@ -124,6 +95,9 @@ func NewRawBody(conn *net.TCPConn, head []byte, n int64, timeout time.Duration) 
 // a reader whose stall bound is not the store's response timeout.
 func (b *RawBody) SetTimeout(d time.Duration) { b.timeout = d }
 
+// Timeout is the bound on each wait for the next byte (0: none).
+func (b *RawBody) Timeout() time.Duration { return b.timeout }
+
 // Left is how many body bytes have not been taken yet.
 func (b *RawBody) Left() int64 { return b.left }
 
@@ -136,14 +110,14 @@ func (b *RawBody) Left() int64 { return b.left }
 // io.ErrUnexpectedEOF; one that brings no byte for the timeout,
 // os.ErrDeadlineExceeded. After an error the body is of no further use.
 func (b *RawBody) SpliceTo(pipeW int, n int) (int, error) {
-	return b.faulted(n, func(k int) (int, error) { return b.splice(pipeW, k, true) })
+	return b.failed(b.splice(pipeW, n, true))
 }
 
 // SpliceReady moves up to n more bytes of the body into the pipe, as
 // SpliceTo does, but only those the socket holds already: it never waits,
 // and returns 0 when nothing is there. Its errors are SpliceTo's.
 func (b *RawBody) SpliceReady(pipeW int, n int) (int, error) {
-	return b.faulted(n, func(k int) (int, error) { return b.splice(pipeW, k, false) })
+	return b.failed(b.splice(pipeW, n, false))
 }
 
 func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
@@ -174,7 +148,7 @@ func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
 	}
 	var serr error
 	lowat := false
-	err := b.rc.Read(func(fd uintptr) bool {
+	err := b.wait(func(fd uintptr) bool {
 		for got < n {
 			m, e := unix.Splice(int(fd), nil, pipeW, nil, n-got, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 			switch {
@@ -186,7 +160,9 @@ func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
 				if !wait || !PipeHasRoom(pipeW) {
 					return true
 				}
-				lowat = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n-got) == nil
+				if !b.slow {
+					lowat = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n-got) == nil
+				}
 				b.waits++
 				return false
 			case e == unix.EINTR:
@@ -218,12 +194,7 @@ func (b *RawBody) splice(pipeW int, n int, wait bool) (int, error) {
 // ReadFull copies the next len(p) bytes of the body into p: for bytes that
 // cannot be spliced. Its errors are SpliceTo's.
 func (b *RawBody) ReadFull(p []byte) error {
-	_, err := b.faulted(len(p), func(k int) (int, error) {
-		if err := b.readFull(p[:k]); err != nil {
-			return 0, err
-		}
-		return k, nil
-	})
+	_, err := b.failed(0, b.readFull(p))
 	return err
 }
 
@@ -251,7 +222,7 @@ func (b *RawBody) readFull(p []byte) error {
 	}
 	var rerr error
 	lowat := 1
-	err := b.rc.Read(func(fd uintptr) bool {
+	err := b.wait(func(fd uintptr) bool {
 		for got < len(p) {
 			k, e := unix.Read(int(fd), p[got:])
 			switch {
@@ -259,7 +230,11 @@ func (b *RawBody) readFull(p []byte) error {
 				// Wait for what this read still needs, up to readWake, at
 				// once: never more, or the body's last bytes would not
 				// wake it.
-				if want := min(readWake, len(p)-got); want != lowat &&
+				want := min(readWake, len(p)-got)
+				if b.slow {
+					want = 1
+				}
+				if want != lowat &&
 					unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, want) == nil {
 					lowat = want
 				}
@@ -291,6 +266,33 @@ func (b *RawBody) readFull(p []byte) error {
 		return fmt.Errorf("body after %d of %d bytes: %w", got, len(p), err)
 	}
 	return nil
+}
+
+// wait runs read on the socket until it says it is done: read takes what
+// the socket holds and returns false to wait for more, for as many bytes at
+// once as the wake-up mark (SO_RCVLOWAT) it set says. A wait that ends at
+// the body's timeout with bytes in the socket, fewer than the mark, was no
+// stall: bytes came, only too slowly to wake the reader. From then on the
+// body wakes for any byte (a store that slow gains nothing from fewer
+// wake-ups) and the wait goes on; so a transfer that keeps moving is never
+// cut, while a fast one still wakes once per many bytes.
+func (b *RawBody) wait(read func(fd uintptr) bool) error {
+	for {
+		err := b.rc.Read(read)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || b.timeout <= 0 || !b.queued() {
+			return err
+		}
+		b.slow = true
+		b.rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
+		b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+}
+
+// queued says whether the socket holds bytes not yet taken.
+func (b *RawBody) queued() bool {
+	n := 0
+	b.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
 }
 
 // Abort ends a read or splice of the body in progress on another goroutine,
@@ -341,7 +343,7 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 	if n <= 0 || off < 0 {
 		return nil, fmt.Errorf("get %s: bad range offset %d length %d", where, off, n)
 	}
-	ep := m.core.EndpointURL()
+	ep := m.getCore.EndpointURL()
 	if ep.Scheme != "http" {
 		return nil, fmt.Errorf("get %s: %w: %s", where, ErrNoRaw, ep.Scheme)
 	}
@@ -367,11 +369,11 @@ func (m *Minio) GetRaw(ctx context.Context, bucket, key string, off, n int64, v 
 	}
 	req.Header.Set("User-Agent", "s3gdsfs")
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-	creds, err := m.core.GetCreds()
+	creds, err := m.getCore.GetCreds()
 	if err != nil {
 		return nil, fmt.Errorf("get %s: credentials: %w", where, err)
 	}
-	region, err := m.core.GetBucketLocation(ctx, bucket)
+	region, err := m.getCore.GetBucketLocation(ctx, bucket)
 	if err != nil {
 		return nil, classify(err, bucket, key)
 	}

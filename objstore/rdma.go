@@ -113,7 +113,7 @@ func (m *Minio) GetRangeRDMA(ctx context.Context, bucket, key string, off, n int
 	}
 	opts.Set(RDMATokenHeader, token)
 
-	body, info, hdr, err := m.core.GetObject(ctx, bucket, key, opts)
+	body, info, hdr, err := m.getCore.GetObject(ctx, bucket, key, opts)
 	if err != nil {
 		return classifyRDMAError(err, bucket, key)
 	}

@@ -17,8 +17,12 @@ type StallGuard struct {
 	fired   atomic.Bool
 }
 
-// Start arms the guard for a request whose context cancel ends it.
+// Start arms the guard for a request whose context cancel ends it. A guard
+// without a Timeout never fires.
 func (g *StallGuard) Start(cancel context.CancelFunc) {
+	if g.Timeout <= 0 {
+		return
+	}
 	g.timer = time.AfterFunc(g.Timeout, func() {
 		g.fired.Store(true)
 		cancel()
@@ -41,10 +45,18 @@ func (g *StallGuard) stalled() error {
 
 // Touch re-arms the guard: the reader paused on purpose (waiting for
 // somewhere to put the bytes), not the server.
-func (g *StallGuard) Touch() { g.timer.Reset(g.Timeout) }
+func (g *StallGuard) Touch() {
+	if g.timer != nil {
+		g.timer.Reset(g.Timeout)
+	}
+}
 
 // Stop disarms it.
-func (g *StallGuard) Stop() { g.timer.Stop() }
+func (g *StallGuard) Stop() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+}
 
 // ReadFull is io.ReadFull that re-arms the guard after every read that
 // brought bytes. A body that ends early gives io.ErrUnexpectedEOF; one that
@@ -57,7 +69,7 @@ func (g *StallGuard) ReadFull(ctx context.Context, r io.Reader, p []byte) error 
 		m, err := r.Read(p[n:])
 		n += m
 		if m > 0 {
-			g.timer.Reset(g.Timeout)
+			g.Touch()
 		}
 		if n == len(p) {
 			return nil

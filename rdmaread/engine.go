@@ -178,8 +178,11 @@ type Engine struct {
 
 	flights flightTable // HTTP fetches under way that reads may share
 
-	raw   objstore.RawGetter // unless ClientGets, where the store has it
-	noRaw atomic.Bool        // the store refused a raw GET (HTTPS, a proxy)
+	// gets sends every GET: parts, flights, RDMA transfers and their
+	// HTTP fallbacks. raw asks for bodies on connections of their own
+	// (unless ClientGets), where the store can hand them over.
+	gets *objstore.Getter
+	raw  bool
 }
 
 // New builds an engine over a CUDA backend (or the host stand-in).
@@ -195,9 +198,9 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		sched:   NewScheduler(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
 	}
-	if g, ok := store.(objstore.RawGetter); ok && !cfg.ClientGets {
-		e.raw = g
-	}
+	e.gets = &objstore.Getter{Store: store, ReadTimeout: cfg.ReadTimeout, Retries: cfg.Retries,
+		OnRetry: m.ReadRetries.Inc, Log: log}
+	e.raw = !cfg.ClientGets
 	if g, ok := store.(objstore.RDMAGetter); ok {
 		// Tokens callers mint themselves go out as they are, RDMA or not.
 		e.rdma = &rdmaPath{getter: g}
@@ -486,66 +489,15 @@ func (e *Engine) partSize(n, reading int64) int64 {
 const minPart = 8 << 20
 
 // streamPart reads [off, off+size) with one ranged GET into successive
-// slots, enqueuing each slot's copy to dst as it fills. After a transient
-// failure it asks again from the first byte not yet in a slot, up to
-// Retries times.
+// slots, enqueuing each slot's copy to dst as it fills; after a transient
+// failure the Getter asks again from the first byte not yet in a slot.
 func (e *Engine) streamPart(ctx context.Context, r Request, copier cufile.Copier, alloc cufile.Allocation, off, size int64, dst uint64, copied *atomic.Int64) error {
-	pos, end := off, off+size
-	var err error
-	for attempt := 0; pos < end; attempt++ {
-		if attempt > 0 {
-			if attempt > e.cfg.Retries || !objstore.IsRetryable(err) {
-				return err
-			}
-			e.m.ReadRetries.Inc()
-			select {
-			case <-time.After(objstore.Backoff(attempt)):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		var moved int64
-		moved, err = e.streamOnce(ctx, r, copier, alloc, pos, end, dst+uint64(pos-off))
-		pos += moved
+	rng := objstore.Range{Bucket: r.Bucket, Key: r.Key, Off: off, N: size, Version: r.Version}
+	return e.gets.Fetch(ctx, rng, e.raw, nil, func(body *objstore.Body, pos int64) (int64, error) {
+		moved, err := e.fillSlots(ctx, copier, alloc, dst+uint64(pos-off), body.Left(), body.ReadFull)
 		copied.Add(moved)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
-	// Every byte is in, but the reply ran on past the range: a server
-	// that answers with more than it was asked is not trusted.
-	return err
-}
-
-// streamOnce sends one GET for [pos, end) and fills slots from its body;
-// it returns how many bytes were enqueued for the device.
-func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier, alloc cufile.Allocation, pos, end int64, dst uint64) (int64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if e.raw != nil && !e.noRaw.Load() {
-		moved, err := e.streamRaw(ctx, cancel, r, copier, alloc, pos, end, dst)
-		if !errors.Is(err, objstore.ErrNoRaw) {
-			return moved, err
-		}
-		e.noRaw.Store(true)
-		e.log.Info("GPU reads: the store hands over no raw GET bodies; reading them through the HTTP client", "err", err)
-	}
-	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
-	guard.Start(cancel)
-	defer guard.Stop()
-	body, err := e.store.GetRange(ctx, r.Bucket, r.Key, pos, end-pos, r.Version)
-	if err != nil {
-		return 0, guard.Err(err)
-	}
-	defer body.Close()
-	moved, err := e.fillSlots(ctx, copier, alloc, dst, end-pos, func(p []byte) error {
-		guard.Touch() // the wait for a slot was the reader's, not the server's
-		return guard.ReadFull(ctx, body, p)
+		return moved, err
 	})
-	if err != nil {
-		return moved, guard.Err(err)
-	}
-	return moved, objstore.CheckEnd(body)
 }
 
 // fillSlots reads n bytes with read, a slot at a time, and enqueues each
@@ -554,7 +506,7 @@ func (e *Engine) streamOnce(ctx context.Context, r Request, copier cufile.Copier
 func (e *Engine) fillSlots(ctx context.Context, copier cufile.Copier, alloc cufile.Allocation, dst uint64, n int64, read func(p []byte) error) (int64, error) {
 	var moved int64
 	for moved < n {
-		slot, err := copier.AcquireSlot(ctx)
+		slot, err := e.acquireSlot(ctx, copier)
 		if err != nil {
 			return moved, err
 		}
@@ -572,32 +524,17 @@ func (e *Engine) fillSlots(ctx context.Context, copier cufile.Copier, alloc cufi
 	return moved, nil
 }
 
-// streamRaw is streamOnce with the body on a connection of its own, read
-// straight into the slots (objstore.RawBody.ReadFull waits for many bytes at
-// a time); cancel ends ctx. A caller that gives up aborts the body's read.
-func (e *Engine) streamRaw(ctx context.Context, cancel context.CancelFunc, r Request, copier cufile.Copier, alloc cufile.Allocation, pos, end int64, dst uint64) (int64, error) {
-	// The reply's headers within the read timeout, as for the HTTP
-	// client's GETs; the body's bytes then, each wait bounded by the body.
-	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
-	guard.Start(cancel)
-	body, err := e.raw.GetRaw(ctx, r.Bucket, r.Key, pos, end-pos, r.Version)
-	guard.Stop()
-	if err != nil {
-		return 0, guard.Err(err)
+// acquireSlot takes a staging slot for a GET's next bytes. A wait longer
+// than the read timeout counts as the GET's stall: its connection has sat
+// unread that long, and the rest of the range is asked for again.
+func (e *Engine) acquireSlot(ctx context.Context, copier cufile.Copier) (*cufile.Slot, error) {
+	wctx, cancel := context.WithTimeout(ctx, e.cfg.ReadTimeout)
+	defer cancel()
+	slot, err := copier.AcquireSlot(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("no staging slot free for %s: %w", e.cfg.ReadTimeout, err)
 	}
-	defer body.Close()
-	if e.cfg.ReadTimeout > 0 {
-		body.SetTimeout(e.cfg.ReadTimeout)
-	}
-	stop := context.AfterFunc(ctx, body.Abort)
-	defer stop()
-	return e.fillSlots(ctx, copier, alloc, dst, end-pos, func(p []byte) error {
-		err := body.ReadFull(p)
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err() // aborted: the caller's reason, not the socket's
-		}
-		return err
-	})
+	return slot, err
 }
 
 // ReleaseOwner closes a caller's imports (its files are all closed).

@@ -289,64 +289,36 @@ func (e *Engine) runFlight(f *flight, stager cufile.Stager) {
 }
 
 // streamFlight is streamPart for a flight: the range is read with one
-// ranged GET into successive slots, asked again from the first byte not yet
-// in a slot after a transient failure.
+// ranged GET (on a connection of its own where the engine's GETs are) into
+// successive slots, each copied to every destination attached at that
+// moment; after a transient failure the Getter asks again from the first
+// byte not yet in a slot.
 func (e *Engine) streamFlight(f *flight, copier cufile.Copier) error {
-	var err error
-	for attempt := 0; ; attempt++ {
-		f.mu.Lock()
-		pos := f.pos
-		f.mu.Unlock()
-		if pos >= f.end {
-			return err
-		}
-		if attempt > 0 {
-			if attempt > e.cfg.Retries || !objstore.IsRetryable(err) {
-				return err
+	f.mu.Lock()
+	pos := f.pos
+	f.mu.Unlock()
+	if pos >= f.end {
+		return nil
+	}
+	rng := objstore.Range{Bucket: f.key.bucket, Key: f.key.key, Off: pos, N: f.end - pos, Version: f.version}
+	return e.gets.Fetch(f.ctx, rng, e.raw, nil, func(body *objstore.Body, pos int64) (int64, error) {
+		start := pos
+		for pos < f.end {
+			slot, err := e.acquireSlot(f.ctx, copier)
+			if err != nil {
+				return pos - start, err
 			}
-			e.m.ReadRetries.Inc()
-			select {
-			case <-time.After(objstore.Backoff(attempt)):
-			case <-f.ctx.Done():
-				return f.ctx.Err()
+			n := min(int64(len(slot.Buf)), f.end-pos)
+			if err := body.ReadFull(slot.Buf[:n]); err != nil {
+				copier.ReleaseSlot(slot) // these bytes are asked for again
+				return pos - start, err
 			}
+			e.m.GPUFetchedBytes.Add(float64(n))
+			f.deliver(copier, slot, pos, n)
+			pos += n
 		}
-		err = e.flightOnce(f, copier, pos)
-		if err == nil || f.ctx.Err() != nil {
-			return err
-		}
-	}
-}
-
-// flightOnce sends one GET for [pos, f.end) and copies each slot it fills
-// to every destination attached at that moment.
-func (e *Engine) flightOnce(f *flight, copier cufile.Copier, pos int64) error {
-	ctx, cancel := context.WithCancel(f.ctx)
-	defer cancel()
-	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
-	guard.Start(cancel)
-	defer guard.Stop()
-	body, err := e.store.GetRange(ctx, f.key.bucket, f.key.key, pos, f.end-pos, f.version)
-	if err != nil {
-		return guard.Err(err)
-	}
-	defer body.Close()
-	for pos < f.end {
-		slot, err := copier.AcquireSlot(ctx)
-		if err != nil {
-			return guard.Err(err)
-		}
-		guard.Touch()
-		n := min(int64(len(slot.Buf)), f.end-pos)
-		if err := guard.ReadFull(ctx, body, slot.Buf[:n]); err != nil {
-			copier.ReleaseSlot(slot) // these bytes are asked for again
-			return err
-		}
-		e.m.GPUFetchedBytes.Add(float64(n))
-		f.deliver(copier, slot, pos, n)
-		pos += n
-	}
-	return objstore.CheckEnd(body)
+		return pos - start, nil
+	})
 }
 
 // deliver copies the slot holding object bytes [pos, pos+n) to every

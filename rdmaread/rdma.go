@@ -228,35 +228,12 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 	return partResult{rdma: served, http: rest, decline: decline}
 }
 
-// transfer sends one RDMA GET. The server answers once the bytes are in
-// place, so a server that stalls holds the reply: like an HTTP GET's
-// headers, the reply must come within the read timeout, or the transfer is
-// given up as a timeout and its bytes go over HTTP. A body the reply
-// brings (a server that ignored the token) is read under ctx.
+// transfer sends one RDMA GET (objstore.Getter.OpenRDMA): a reply that has
+// not come within the read timeout is given up as a timeout, and its bytes
+// go over HTTP. A body the reply brings (a server that ignored the token)
+// is read as every GET's body is.
 func (e *Engine) transfer(ctx context.Context, r Request, p Part, token string) (objstore.RDMAReply, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	guard := objstore.StallGuard{Timeout: e.cfg.ReadTimeout}
-	guard.Start(cancel)
-	rep, err := e.rdma.getter.GetRangeRDMA(ctx, r.Bucket, r.Key, p.Off, p.Len, r.Version, token)
-	guard.Stop()
-	if err != nil || rep.Body == nil {
-		cancel()
-		return rep, guard.Err(err)
-	}
-	rep.Body = cancelOnClose{rep.Body, cancel}
-	return rep, nil
-}
-
-// cancelOnClose ends a reply's context once its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
+	return e.gets.OpenRDMA(ctx, e.rdma.getter, objstore.Range{Bucket: r.Bucket, Key: r.Key, Off: p.Off, N: p.Len, Version: r.Version}, token)
 }
 
 // isObjectAnswer says whether err is the server's answer about the object

@@ -2,9 +2,7 @@ package vfs
 
 import (
 	"context"
-	"errors"
 	"sync"
-	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cache"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -36,12 +34,21 @@ type pending struct {
 // download.
 type fetcher struct {
 	f        *FS
+	gets     *objstore.Getter // every GET of the read path: blocks, streams, splices
 	mu       sync.Mutex
 	inflight map[cache.BlockKey]*pending
 }
 
 func newFetcher(f *FS) *fetcher {
-	return &fetcher{f: f, inflight: make(map[cache.BlockKey]*pending)}
+	get := &objstore.Getter{Store: f.store, ReadTimeout: f.cfg.ReadTimeout, Retries: f.cfg.Retries,
+		OnRetry: f.m.ReadRetries.Inc,
+		// The name now holds another version: the next lookup must ask
+		// the store again.
+		OnChanged: func(bucket, key string) {
+			f.m.ChangedReads.Inc()
+			f.Forget(bucket, key)
+		}}
+	return &fetcher{f: f, gets: get, inflight: make(map[cache.BlockKey]*pending)}
 }
 
 func (fe *fetcher) blockCount(o object) int64 {
@@ -211,75 +218,36 @@ func (fe *fetcher) register(o object, idx int64, blks []*cache.Block) []*pending
 
 // download fills blks (blocks first, first+1, ...) with one ranged GET,
 // completing each block as soon as its bytes are in, and sends the rest of
-// the range again after a transient failure. failed is the error of an
-// attempt already spent on these blocks (a stream's), or nil: it counts
-// against --retries, so a read waits no longer than for ranged GETs alone.
+// the range again after a transient failure (objstore.Getter.Fetch).
+// failed is the error of an attempt already spent on these blocks (a
+// stream's), or nil: it counts against --retries, so a read waits no
+// longer than for ranged GETs alone.
 func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []*pending, failed error) {
 	bs := int64(fe.f.cfg.BlockSize)
+	off := first * bs
+	end := min(off+int64(len(blks))*bs, o.version.Size)
 	done := 0
-	err, attempt := failed, 0
-	if failed != nil {
-		attempt = 1
-	}
-	for ; done < len(blks); attempt++ {
-		if attempt > 0 {
-			if attempt > fe.f.cfg.Retries || !objstore.IsRetryable(err) {
-				break
+	err := fe.gets.Fetch(context.Background(), objstore.Range{Bucket: o.bucket, Key: o.key, Off: off, N: end - off, Version: o.version},
+		false, failed, func(body *objstore.Body, pos int64) (int64, error) {
+			// pos is where a block starts: blocks are delivered whole.
+			start := done
+			for ; done < len(blks); done++ {
+				b := blks[done]
+				b.Data = b.Data[:min(bs, end-(off+int64(done)*bs))]
+				if err := body.ReadFull(b.Data); err != nil {
+					return int64(done-start) * bs, err
+				}
+				fe.complete(o, first+int64(done), b, pends[done], nil)
 			}
-			fe.f.m.ReadRetries.Inc()
-			time.Sleep(objstore.Backoff(attempt))
-		}
-		var n int
-		n, err = fe.fill(o, first+int64(done), blks[done:], pends[done:])
-		done += n
-		if err == nil {
-			break
-		}
-	}
+			return end - pos, nil
+		})
 	if err != nil && done < len(blks) {
-		if errors.Is(err, objstore.ErrChanged) {
-			fe.f.m.ChangedReads.Inc()
-			fe.f.Forget(o.bucket, o.key)
-		}
 		fe.f.log.Warn("ranged GET failed", "bucket", o.bucket, "key", o.key,
 			"offset", (first+int64(done))*bs, "err", err)
 		for i := done; i < len(blks); i++ {
 			fe.complete(o, first+int64(i), blks[i], pends[i], err)
 		}
 	}
-}
-
-// fill reads consecutive blocks from one GET; it returns how many it completed.
-func (fe *fetcher) fill(o object, first int64, blks []*cache.Block, pends []*pending) (int, error) {
-	bs := int64(fe.f.cfg.BlockSize)
-	off := first * bs
-	end := min(off+int64(len(blks))*bs, o.version.Size)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	guard := objstore.StallGuard{Timeout: fe.f.cfg.ReadTimeout}
-	guard.Start(cancel)
-	defer guard.Stop()
-	body, err := fe.f.store.GetRange(ctx, o.bucket, o.key, off, end-off, o.version)
-	if err != nil {
-		return 0, guard.Err(err)
-	}
-	defer body.Close()
-	for i, b := range blks {
-		want := min(bs, end-(off+int64(i)*bs))
-		b.Data = b.Data[:want]
-		if err := guard.ReadFull(ctx, body, b.Data); err != nil {
-			return i, err
-		}
-		// A body longer than the range was not the range: the last block
-		// is published only once the body is known to end where it should.
-		if i == len(blks)-1 {
-			if err := objstore.CheckEnd(body); err != nil {
-				return i, err
-			}
-		}
-		fe.complete(o, first+int64(i), b, pends[i], nil)
-	}
-	return len(blks), nil
 }
 
 // complete publishes a block (or its error) to its waiters and the store:

@@ -115,12 +115,9 @@ func (h *Handle) DirectIO() bool { return h.directIO }
 // read serves it.
 func (h *Handle) Read(ctx context.Context, off int64, n int) (Reply, error) {
 	for _, r := range h.readers {
+		// A read that found the object changed has had its name
+		// forgotten by the GET that found it (fetcher.gets' OnChanged).
 		if rep, err := r.read(ctx, off, n); err != errFallBack {
-			if errors.Is(err, objstore.ErrChanged) {
-				// The name now holds another version: the next lookup
-				// must ask the store again.
-				h.f.Forget(h.obj.bucket, h.obj.key)
-			}
 			return rep, err
 		}
 	}

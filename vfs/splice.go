@@ -50,7 +50,8 @@ type spliceFeed struct {
 	// mu is held from a read's splice into the pipe until its reply has
 	// been written out of the pipe and the next one's bytes spliced in.
 	mu     sync.Mutex
-	body   *objstore.RawBody // nil once ended
+	get    *objstore.Body    // the GET (Close ends it)
+	body   *objstore.RawBody // its socket; nil once ended
 	pr, pw int               // the pipe: read end for the reply, write end for the socket
 	size   int               // the pipe's capacity now (replyPipeSize of the reply)
 	pos    int64             // next byte of the object the socket brings
@@ -427,26 +428,28 @@ func (h *Handle) openSplice() *spliceFeed {
 		f.log.Debug("spliced GET not started; ordinary reads serve", "bucket", h.obj.bucket, "key", h.obj.key, "err", err)
 		return nil
 	}
-	g, ok := f.store.(objstore.RawGetter)
-	if !ok {
+	if !f.fetch.gets.CanRaw() {
 		return refuse(fmt.Errorf("%w: %T", objstore.ErrNoRaw, f.store))
 	}
 	pr, pw, err := newReplyPipe()
 	if err != nil {
 		return refuse(err)
 	}
-	// The reply's headers come within the read timeout, as a ranged GET's
-	// must; the body's waits have the store's own bound.
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReadTimeout)
-	defer cancel()
-	body, err := g.GetRaw(ctx, h.obj.bucket, h.obj.key, 0, h.obj.version.Size, h.obj.version)
+	// The reply's headers, and then each wait for the body's next byte,
+	// within the read timeout, as for every GET of the read path.
+	get, err := f.fetch.gets.Open(context.Background(), objstore.Range{Bucket: h.obj.bucket, Key: h.obj.key,
+		Off: 0, N: h.obj.version.Size, Version: h.obj.version}, true)
+	if err == nil && get.Raw() == nil {
+		get.Close()
+		err = fmt.Errorf("%w: %T", objstore.ErrNoRaw, f.store)
+	}
 	if err != nil {
 		unix.Close(pr)
 		unix.Close(pw)
 		return refuse(err)
 	}
 	f.m.ReadStreams.Inc()
-	return &spliceFeed{body: body, pr: pr, pw: pw}
+	return &spliceFeed{get: get, body: get.Raw(), pr: pr, pw: pw}
 }
 
 // endSplice closes the feed's GET and pipe; called with feed.mu held. After
@@ -456,7 +459,7 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	if feed.body == nil {
 		return
 	}
-	feed.body.Close()
+	feed.get.Close()
 	feed.body = nil
 	unix.Close(feed.pr)
 	unix.Close(feed.pw)

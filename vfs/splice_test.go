@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
@@ -511,12 +512,12 @@ func TestFaultyStoreSplicesAndItsFaultsReachTheSplicedGET(t *testing.T) {
 	data := randomBytes(size, 49)
 	ms.put("b", "obj", data, "e1")
 	for _, tc := range []struct {
-		kind objstore.FaultKind
+		kind faultstore.FaultKind
 		end  string
-	}{{objstore.FaultNone, spliceDone}, {objstore.FaultEarlyEOF, spliceError}, {objstore.FaultError, spliceRefused}} {
+	}{{faultstore.FaultNone, spliceDone}, {faultstore.FaultEarlyEOF, spliceError}, {faultstore.FaultError, spliceRefused}} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
-			faulty := objstore.NewFaulty(rawMemStore{memStore: ms, t: t}, objstore.FaultConfig{Seed: 3,
-				Script: []objstore.FaultKind{tc.kind}})
+			faulty := faultstore.NewFaulty(rawMemStore{memStore: ms, t: t}, faultstore.FaultConfig{Seed: 3,
+				Script: []faultstore.FaultKind{tc.kind}})
 			f := newTestFS(t, faulty, Config{Splice: true, DirectIO: DirectIOAlways})
 			h := openSpliced(t, f, "obj")
 			buf := make([]byte, 1<<20)
@@ -547,7 +548,7 @@ func TestFaultyStoreSplicesAndItsFaultsReachTheSplicedGET(t *testing.T) {
 			if !bytes.Equal(got, data) {
 				t.Fatal("bytes differ from the object")
 			}
-			if (tc.kind == objstore.FaultNone) != (spliced == (size+len(buf)-1)/len(buf)) {
+			if (tc.kind == faultstore.FaultNone) != (spliced == (size+len(buf)-1)/len(buf)) {
 				t.Errorf("%d of the reads spliced", spliced)
 			}
 			snap, err := f.m.Snapshot()
@@ -557,8 +558,8 @@ func TestFaultyStoreSplicesAndItsFaultsReachTheSplicedGET(t *testing.T) {
 			if ends, want := fmt.Sprint(snap["splice_ends_total"]), "map["+tc.end+":1]"; ends != want {
 				t.Errorf("splice ends %s, want %s", ends, want)
 			}
-			if n := faulty.Injected(); (n == 1) != (tc.kind != objstore.FaultNone) {
-				t.Errorf("faults injected: %s", objstore.SortedFaultCounts(faulty.Counts()))
+			if n := faulty.Injected(); (n == 1) != (tc.kind != faultstore.FaultNone) {
+				t.Errorf("faults injected: %s", faultstore.SortedFaultCounts(faulty.Counts()))
 			}
 		})
 	}

@@ -134,14 +134,10 @@ func (s *stream) run() {
 	s.mu.Unlock()
 	off := first * bs
 	size := s.o.version.Size
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	guard := objstore.StallGuard{Timeout: cfg.ReadTimeout}
-	guard.Start(cancel)
-	defer guard.Stop()
-	body, err := fe.f.store.GetRange(ctx, s.o.bucket, s.o.key, off, size-off, s.o.version)
+	body, err := fe.gets.Open(context.Background(), objstore.Range{Bucket: s.o.bucket, Key: s.o.key,
+		Off: off, N: size - off, Version: s.o.version}, false)
 	if err != nil {
-		s.stop(streamError, guard.Err(err))
+		s.stop(streamError, err)
 		return
 	}
 	defer body.Close()
@@ -149,17 +145,14 @@ func (s *stream) run() {
 	var carried int64
 	var busy time.Duration
 	for {
-		c, ok := s.take(&guard)
+		c, ok := s.take()
 		if !ok {
 			return
 		}
 		want := min(bs, size-c.idx*bs)
 		c.blk.Data = c.blk.Data[:want]
 		start := time.Now()
-		err := guard.ReadFull(ctx, body, c.blk.Data)
-		if err == nil && c.idx*bs+want == size {
-			err = objstore.CheckEnd(body) // the body must end where the object does
-		}
+		err := body.ReadFull(c.blk.Data) // the last block's read checks that the body ends there
 		busy += time.Since(start)
 		if err != nil {
 			s.requeue(c)
@@ -180,9 +173,9 @@ func (s *stream) run() {
 
 // take returns the next claim, waiting for one while the stream is open. It
 // returns false when the stream is over: closed with nothing left, or idle
-// for StreamIdle. While it waits the stall guard is off: the reader is
-// behind, not the server.
-func (s *stream) take(guard *objstore.StallGuard) (claim, bool) {
+// for StreamIdle. Its wait is no stall: the reader is behind, not the
+// server (the body's reads alone are watched).
+func (s *stream) take() (claim, bool) {
 	idle := time.NewTimer(s.fe.f.cfg.StreamIdle)
 	defer idle.Stop()
 	s.mu.Lock()
@@ -193,14 +186,12 @@ func (s *stream) take(guard *objstore.StallGuard) (claim, bool) {
 			return claim{}, false
 		}
 		s.mu.Unlock()
-		guard.Stop()
 		timedOut := false
 		select {
 		case <-s.wake:
 		case <-idle.C:
 			timedOut = true
 		}
-		guard.Touch()
 		s.mu.Lock()
 		if timedOut && len(s.queue) == 0 {
 			s.close(streamIdle)

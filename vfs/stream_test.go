@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 )
 
 // streamEnds waits until n streams have ended (their goroutines finish
@@ -163,12 +163,12 @@ func TestSlowStreamHandsOverToRangedGETs(t *testing.T) {
 // A stream whose GET breaks, lies about its length or stalls gives what it
 // had claimed to ranged GETs: the reader sees exact bytes and no error.
 func TestBrokenStreamHandsItsBlocksToRangedGETs(t *testing.T) {
-	for _, kind := range []objstore.FaultKind{objstore.FaultEarlyEOF, objstore.FaultLong, objstore.FaultStallBody, objstore.FaultError} {
+	for _, kind := range []faultstore.FaultKind{faultstore.FaultEarlyEOF, faultstore.FaultLong, faultstore.FaultStallBody, faultstore.FaultError} {
 		t.Run(kind.String(), func(t *testing.T) {
 			s := newMemStore()
 			data := randomBytes(200*4096+77, 14)
 			s.put("b", "obj", data, "e1")
-			faulty := objstore.NewFaulty(s, objstore.FaultConfig{Script: []objstore.FaultKind{kind}})
+			faulty := faultstore.NewFaulty(s, faultstore.FaultConfig{Script: []faultstore.FaultKind{kind}})
 			cfg := smallConfig()
 			cfg.ReadTimeout = 200 * time.Millisecond
 			f := newTestFS(t, faulty, cfg)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -70,7 +71,7 @@ func TestEveryFaultReachesMinioAsAnError(t *testing.T) {
 			}
 			c := p.Counts()
 			if c[k.String()] != 1 || p.Injected() != 1 || c["requests"] != 2 || c["matched"] != 1 {
-				t.Errorf("counts %s, want one %v among two requests", objstore.SortedFaultCounts(c), k)
+				t.Errorf("counts %s, want one %v among two requests", faultstore.SortedFaultCounts(c), k)
 			}
 		})
 	}
@@ -118,7 +119,7 @@ func TestScheduleIsSeededAndHonoursRate(t *testing.T) {
 		}
 		c := p.Counts()
 		if c["matched"] != 60 || p.Injected() < 15 || p.Injected() > 45 {
-			t.Errorf("seed %d: %s", seed, objstore.SortedFaultCounts(c))
+			t.Errorf("seed %d: %s", seed, faultstore.SortedFaultCounts(c))
 		}
 		return outcomes
 	}

@@ -1,4 +1,4 @@
-package objstore
+package faultstore
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
 // oneObject is a Store holding one object, "b/k".
@@ -16,13 +18,13 @@ type oneObject struct{ data []byte }
 
 func (o oneObject) ListBuckets(context.Context) ([]string, error) { return []string{"b"}, nil }
 func (o oneObject) CheckBucket(context.Context, string) error     { return nil }
-func (o oneObject) Stat(_ context.Context, _, key string) (Object, error) {
-	return Object{Key: key, Version: Version{ETag: "e", Size: int64(len(o.data))}}, nil
+func (o oneObject) Stat(_ context.Context, _, key string) (objstore.Object, error) {
+	return objstore.Object{Key: key, Version: objstore.Version{ETag: "e", Size: int64(len(o.data))}}, nil
 }
-func (o oneObject) List(context.Context, string, string, string, int) (Page, error) {
-	return Page{Objects: []Object{{Key: "k"}}}, nil
+func (o oneObject) List(context.Context, string, string, string, int) (objstore.Page, error) {
+	return objstore.Page{Objects: []objstore.Object{{Key: "k"}}}, nil
 }
-func (o oneObject) GetRange(_ context.Context, _, _ string, off, n int64, _ Version) (io.ReadCloser, error) {
+func (o oneObject) GetRange(_ context.Context, _, _ string, off, n int64, _ objstore.Version) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(o.data[off : off+n])), nil
 }
 
@@ -40,10 +42,10 @@ func readBody(t *testing.T, f *Faulty, off, n int64, timeout time.Duration) ([]b
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := StallGuard{Timeout: timeout}
+	g := objstore.StallGuard{Timeout: timeout}
 	g.Start(cancel)
 	defer g.Stop()
-	body, err := f.GetRange(ctx, "b", "k", off, n, Version{})
+	body, err := f.GetRange(ctx, "b", "k", off, n, objstore.Version{})
 	if err != nil {
 		return nil, g.Err(err)
 	}
@@ -52,7 +54,7 @@ func readBody(t *testing.T, f *Faulty, off, n int64, timeout time.Duration) ([]b
 	if err := g.ReadFull(ctx, body, p); err != nil {
 		return nil, err
 	}
-	if err := CheckEnd(body); err != nil {
+	if err := objstore.CheckEnd(body); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -80,7 +82,7 @@ func TestFaultyScriptInjectsEachKindAndReadersCatchIt(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%v: the read succeeded; the fault went unnoticed", k)
 		}
-		if !IsRetryable(err) {
+		if !objstore.IsRetryable(err) {
 			t.Errorf("%v: %v is not retryable", k, err)
 		}
 		switch k {
@@ -96,8 +98,8 @@ func TestFaultyScriptInjectsEachKindAndReadersCatchIt(t *testing.T) {
 				t.Errorf("%v: %v, want io.ErrUnexpectedEOF", k, err)
 			}
 		case FaultLong:
-			if !errors.Is(err, ErrLongBody) {
-				t.Errorf("%v: %v, want ErrLongBody", k, err)
+			if !errors.Is(err, objstore.ErrLongBody) {
+				t.Errorf("%v: %v, want objstore.ErrLongBody", k, err)
 			}
 		case FaultError:
 			var te *TransientError
@@ -121,24 +123,28 @@ func TestFaultyScriptInjectsEachKindAndReadersCatchIt(t *testing.T) {
 }
 
 func TestFaultyBodiesOnTheMinioPathNeverPassExtraBytes(t *testing.T) {
-	// exactReader wraps every body minio-go returns: a short body becomes
-	// io.ErrUnexpectedEOF and a long one is cut at n.
+	// Every reader reads through a Getter's body: a short body becomes
+	// io.ErrUnexpectedEOF and a long one fails its last read, so none of
+	// its bytes is trusted.
 	data := testData(10000)
 	for _, k := range []FaultKind{FaultShort, FaultLong, FaultEarlyEOF} {
 		f := NewFaulty(oneObject{data}, FaultConfig{Script: []FaultKind{k}})
-		body, err := f.GetRange(context.Background(), "b", "k", 100, 5000, Version{})
+		g := &objstore.Getter{Store: f, ReadTimeout: time.Minute}
+		body, err := g.Open(context.Background(), objstore.Range{Bucket: "b", Key: "k", Off: 100, N: 5000}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(&exactReader{r: body, left: 5000})
+		got := make([]byte, 5000)
+		err = body.ReadFull(got)
+		body.Close()
 		switch k {
 		case FaultLong:
-			if err != nil || !bytes.Equal(got, data[100:5100]) {
-				t.Errorf("%v through exactReader: %d bytes, %v; want exactly the 5000 asked for", k, len(got), err)
+			if !errors.Is(err, objstore.ErrLongBody) {
+				t.Errorf("%v through a Getter: %v; want objstore.ErrLongBody", k, err)
 			}
 		default:
-			if !errors.Is(err, io.ErrUnexpectedEOF) || len(got) >= 5000 {
-				t.Errorf("%v through exactReader: %d bytes, %v; want io.ErrUnexpectedEOF", k, len(got), err)
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("%v through a Getter: %v; want io.ErrUnexpectedEOF", k, err)
 			}
 		}
 	}
@@ -148,7 +154,7 @@ func TestFaultyBodiesLieAboutTheirLength(t *testing.T) {
 	data := testData(10000)
 	read := func(k FaultKind) ([]byte, error) {
 		f := NewFaulty(oneObject{data}, FaultConfig{Script: []FaultKind{k}})
-		body, err := f.GetRange(context.Background(), "b", "k", 0, 4000, Version{})
+		body, err := f.GetRange(context.Background(), "b", "k", 0, 4000, objstore.Version{})
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +232,7 @@ func TestFaultyMetadataFaultsAreTransientOrStall(t *testing.T) {
 		if !errors.As(err, &te) && !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("stat under faults: %v", err)
 		}
-		if !IsRetryable(err) {
+		if !objstore.IsRetryable(err) {
 			t.Fatalf("%v not retryable", err)
 		}
 	}
@@ -240,7 +246,7 @@ func TestFaultyMetadataFaultsAreTransientOrStall(t *testing.T) {
 		t.Fatalf("stat with Metadata off: %v", err)
 	}
 	g.SetRate(0)
-	if _, err := io.ReadAll(must(g.GetRange(context.Background(), "b", "k", 0, 10, Version{}))); err != nil {
+	if _, err := io.ReadAll(must(g.GetRange(context.Background(), "b", "k", 0, 10, objstore.Version{}))); err != nil {
 		t.Fatalf("get at rate 0: %v", err)
 	}
 }
@@ -256,52 +262,6 @@ type iotestErrReader struct{ err error }
 
 func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
 
-// spinner answers every read with nothing and no error, forever.
-type spinner struct{}
-
-func (spinner) Read([]byte) (int, error) { return 0, nil }
-
-func TestStallGuardEndsABodyThatReturnsNothingForever(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	g := StallGuard{Timeout: 20 * time.Millisecond}
-	g.Start(cancel)
-	defer g.Stop()
-	done := make(chan error, 1)
-	go func() { done <- g.ReadFull(ctx, spinner{}, make([]byte, 10)) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("%v, want a timeout", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("ReadFull spins on a body that returns (0, nil)")
-	}
-}
-
-func TestStallGuardErrTellsAStallFromACallerCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	g := StallGuard{Timeout: time.Hour}
-	g.Start(cancel)
-	cancel() // the caller gave up: not a stall
-	g.Stop()
-	if err := g.Err(context.Canceled); !errors.Is(err, context.Canceled) || IsRetryable(err) {
-		t.Fatalf("caller cancel: %v", err)
-	}
-	_ = ctx
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	g = StallGuard{Timeout: time.Millisecond}
-	g.Start(cancel)
-	<-ctx.Done()
-	if err := g.Err(ctx.Err()); !errors.Is(err, context.DeadlineExceeded) || !IsRetryable(err) {
-		t.Fatalf("stall: %v, want a retryable timeout", err)
-	}
-	if err := g.Err(nil); err != nil {
-		t.Fatalf("Err(nil) = %v", err)
-	}
-}
-
 // rawOneObject is oneObject whose GETs can also be handed over as their
 // sockets (a local connection that carries the range's bytes and stays
 // open after them, as a keep-alive server's does) and sent over RDMA (a
@@ -313,7 +273,7 @@ type rawOneObject struct {
 	served bool
 }
 
-func (o rawOneObject) GetRaw(_ context.Context, _, _ string, off, n int64, _ Version) (*RawBody, error) {
+func (o rawOneObject) GetRaw(_ context.Context, _, _ string, off, n int64, _ objstore.Version) (*objstore.RawBody, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -337,14 +297,14 @@ func (o rawOneObject) GetRaw(_ context.Context, _, _ string, off, n int64, _ Ver
 		return nil, err
 	}
 	o.t.Cleanup(func() { c.Close() })
-	return NewRawBody(c.(*net.TCPConn), nil, n, 200*time.Millisecond)
+	return objstore.NewRawBody(c.(*net.TCPConn), nil, n, 200*time.Millisecond)
 }
 
-func (o rawOneObject) GetRangeRDMA(_ context.Context, _, _ string, off, n int64, _ Version, _ string) (RDMAReply, error) {
+func (o rawOneObject) GetRangeRDMA(_ context.Context, _, _ string, off, n int64, _ objstore.Version, _ string) (objstore.RDMAReply, error) {
 	if o.served {
-		return RDMAReply{Outcome: RDMAServed, Bytes: n, Status: 206}, nil
+		return objstore.RDMAReply{Outcome: objstore.RDMAServed, Bytes: n, Status: 206}, nil
 	}
-	return RDMAReply{Outcome: RDMATokenIgnored, Body: io.NopCloser(bytes.NewReader(o.data[off : off+n])), Status: 206}, nil
+	return objstore.RDMAReply{Outcome: objstore.RDMATokenIgnored, Body: io.NopCloser(bytes.NewReader(o.data[off : off+n])), Status: 206}, nil
 }
 
 // A Faulty store hands GETs over as their sockets where its inner store
@@ -357,12 +317,12 @@ func TestFaultyRawGETsCarryItsFaults(t *testing.T) {
 	data := testData(256 << 10)
 	script := append([]FaultKind{FaultNone}, AllFaults()...)
 	f := NewFaulty(rawOneObject{oneObject: oneObject{data}, t: t}, FaultConfig{Script: script, Seed: 1})
-	var _ RawGetter = f
+	var _ objstore.RawGetter = f
 	const off, n = 1000, 200 << 10
 	for _, k := range script {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		start := time.Now()
-		b, err := f.GetRaw(ctx, "b", "k", off, n, Version{})
+		b, err := f.GetRaw(ctx, "b", "k", off, n, objstore.Version{})
 		var got []byte
 		if err == nil {
 			got, err = drainRaw(t, b)
@@ -379,7 +339,7 @@ func TestFaultyRawGETsCarryItsFaults(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%v: the GET succeeded; the fault went unnoticed", k)
 		}
-		if !IsRetryable(err) {
+		if !objstore.IsRetryable(err) {
 			t.Errorf("%v: %v is not retryable", k, err)
 		}
 		if !bytes.Equal(got, data[off:off+len(got)]) {
@@ -399,8 +359,8 @@ func TestFaultyRawGETsCarryItsFaults(t *testing.T) {
 				t.Errorf("%v: %d bytes, %v; want fewer than %d and io.ErrUnexpectedEOF", k, len(got), err, n)
 			}
 		case FaultLong:
-			if !errors.Is(err, ErrLongBody) {
-				t.Errorf("%v: %v, want ErrLongBody", k, err)
+			if !errors.Is(err, objstore.ErrLongBody) {
+				t.Errorf("%v: %v, want objstore.ErrLongBody", k, err)
 			}
 		case FaultError:
 			var te *TransientError
@@ -419,8 +379,8 @@ func TestFaultyRawGETsCarryItsFaults(t *testing.T) {
 		}
 	}
 	g := NewFaulty(oneObject{data}, FaultConfig{Rate: 1})
-	if _, err := g.GetRaw(context.Background(), "b", "k", 0, 10, Version{}); !errors.Is(err, ErrNoRaw) {
-		t.Errorf("inner store without raw GETs: %v, want ErrNoRaw", err)
+	if _, err := g.GetRaw(context.Background(), "b", "k", 0, 10, objstore.Version{}); !errors.Is(err, objstore.ErrNoRaw) {
+		t.Errorf("inner store without raw GETs: %v, want objstore.ErrNoRaw", err)
 	}
 	if c := g.Counts(); c["calls"] != 0 {
 		t.Errorf("a raw GET the inner store cannot send was counted: %s", SortedFaultCounts(c))
@@ -435,10 +395,10 @@ func TestFaultyRawGETsCarryItsFaults(t *testing.T) {
 func TestFaultyRDMAGETsCarryItsFaults(t *testing.T) {
 	data := testData(64 << 10)
 	const off, n = 100, 30000
-	read := func(f *Faulty) (RDMAReply, []byte, error) {
+	read := func(f *Faulty) (objstore.RDMAReply, []byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		rep, err := f.GetRangeRDMA(ctx, "b", "k", off, n, Version{}, "token")
+		rep, err := f.GetRangeRDMA(ctx, "b", "k", off, n, objstore.Version{}, "token")
 		if err != nil || rep.Body == nil {
 			return rep, nil, err
 		}
@@ -446,14 +406,14 @@ func TestFaultyRDMAGETsCarryItsFaults(t *testing.T) {
 		p := make([]byte, n)
 		_, err = io.ReadFull(rep.Body, p)
 		if err == nil {
-			err = CheckEnd(rep.Body)
+			err = objstore.CheckEnd(rep.Body)
 		}
 		return rep, p, err
 	}
 	store := rawOneObject{oneObject: oneObject{data}, t: t}
 	f := NewFaulty(store, FaultConfig{Script: []FaultKind{FaultNone, FaultError, FaultStallResponse, FaultEarlyEOF, FaultLong}})
-	var _ RDMAGetter = f
-	if rep, got, err := read(f); err != nil || rep.Outcome != RDMATokenIgnored || !bytes.Equal(got, data[off:off+n]) {
+	var _ objstore.RDMAGetter = f
+	if rep, got, err := read(f); err != nil || rep.Outcome != objstore.RDMATokenIgnored || !bytes.Equal(got, data[off:off+n]) {
 		t.Fatalf("no fault: %+v, %v, or bytes differ", rep, err)
 	}
 	var te *TransientError
@@ -466,22 +426,37 @@ func TestFaultyRDMAGETsCarryItsFaults(t *testing.T) {
 	if _, _, err := read(f); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("early end of the body: %v, want io.ErrUnexpectedEOF", err)
 	}
-	if _, _, err := read(f); !errors.Is(err, ErrLongBody) {
-		t.Errorf("long body: %v, want ErrLongBody", err)
+	if _, _, err := read(f); !errors.Is(err, objstore.ErrLongBody) {
+		t.Errorf("long body: %v, want objstore.ErrLongBody", err)
 	}
 	if f.Injected() != 4 {
 		t.Errorf("faults injected: %s, want 4", SortedFaultCounts(f.Counts()))
 	}
 	store.served = true
 	s := NewFaulty(store, FaultConfig{Script: []FaultKind{FaultEarlyEOF}})
-	if rep, _, err := read(s); err != nil || rep.Outcome != RDMAServed || rep.Bytes != n {
+	if rep, _, err := read(s); err != nil || rep.Outcome != objstore.RDMAServed || rep.Bytes != n {
 		t.Errorf("served reply with a body fault drawn: %+v, %v; want it served as is", rep, err)
 	}
 	if s.Injected() != 0 {
 		t.Errorf("a body fault without a body was counted: %s", SortedFaultCounts(s.Counts()))
 	}
 	g := NewFaulty(oneObject{data}, FaultConfig{Rate: 1})
-	if _, err := g.GetRangeRDMA(context.Background(), "b", "k", 0, 10, Version{}, "token"); !errors.Is(err, ErrNoRDMAGetter) {
-		t.Errorf("inner store without RDMA: %v, want ErrNoRDMAGetter", err)
+	if _, err := g.GetRangeRDMA(context.Background(), "b", "k", 0, 10, objstore.Version{}, "token"); !errors.Is(err, objstore.ErrNoRDMAGetter) {
+		t.Errorf("inner store without RDMA: %v, want objstore.ErrNoRDMAGetter", err)
 	}
+}
+
+// drainRaw reads the whole body in pieces and returns what came out,
+// up to the first error.
+func drainRaw(t *testing.T, b *objstore.RawBody) ([]byte, error) {
+	t.Helper()
+	var out []byte
+	for b.Left() > 0 {
+		piece := make([]byte, min(b.Left(), 100_000))
+		if err := b.ReadFull(piece); err != nil {
+			return out, err
+		}
+		out = append(out, piece...)
+	}
+	return out, nil
 }

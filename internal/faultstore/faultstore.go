@@ -1,13 +1,20 @@
-package objstore
+// Package faultstore is a Store decorator for tests that injects failures
+// from outside the store: errors and stalls before a reply, bodies that
+// break, stall, end short or run long. A raw GET's body it breaks by
+// handing the reader a loopback connection of its own that carries the
+// body's bytes up to the fault, so the product's socket reads have no hook.
+package faultstore
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
+	"net"
 	"sort"
 	"sync"
+
+	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
 // FaultKind is one way a request to the object store can go wrong.
@@ -97,7 +104,7 @@ type FaultConfig struct {
 // still sends GETs over RDMA, and its faults reach those paths too. It is
 // safe for concurrent use.
 type Faulty struct {
-	Inner Store
+	Inner objstore.Store
 
 	mu     sync.Mutex
 	cfg    FaultConfig
@@ -109,7 +116,7 @@ type Faulty struct {
 }
 
 // NewFaulty wraps inner.
-func NewFaulty(inner Store, cfg FaultConfig) *Faulty {
+func NewFaulty(inner objstore.Store, cfg FaultConfig) *Faulty {
 	if cfg.Kinds == nil {
 		cfg.Kinds = AllFaults()
 	}
@@ -233,23 +240,23 @@ func (f *Faulty) CheckBucket(ctx context.Context, bucket string) error {
 }
 
 // Stat implements Store.
-func (f *Faulty) Stat(ctx context.Context, bucket, key string) (Object, error) {
+func (f *Faulty) Stat(ctx context.Context, bucket, key string) (objstore.Object, error) {
 	if err := f.meta(ctx); err != nil {
-		return Object{}, err
+		return objstore.Object{}, err
 	}
 	return f.Inner.Stat(ctx, bucket, key)
 }
 
 // List implements Store.
-func (f *Faulty) List(ctx context.Context, bucket, prefix, cont string, maxKeys int) (Page, error) {
+func (f *Faulty) List(ctx context.Context, bucket, prefix, cont string, maxKeys int) (objstore.Page, error) {
 	if err := f.meta(ctx); err != nil {
-		return Page{}, err
+		return objstore.Page{}, err
 	}
 	return f.Inner.List(ctx, bucket, prefix, cont, maxKeys)
 }
 
 // GetRange implements Store.
-func (f *Faulty) GetRange(ctx context.Context, bucket, key string, off, n int64, v Version) (io.ReadCloser, error) {
+func (f *Faulty) GetRange(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (io.ReadCloser, error) {
 	k, frac := f.draw(true)
 	if err := f.before(ctx, k, frac); err != nil {
 		return nil, err
@@ -348,10 +355,10 @@ func SortedFaultCounts(counts map[string]int64) string {
 // socket. A body that breaks, ends short or stalls fails where it would
 // have ended; a long one is refused, as GetRaw refuses a reply with more
 // bytes than it asked for.
-func (f *Faulty) GetRaw(ctx context.Context, bucket, key string, off, n int64, v Version) (*RawBody, error) {
-	g, ok := f.Inner.(RawGetter)
+func (f *Faulty) GetRaw(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (*objstore.RawBody, error) {
+	g, ok := f.Inner.(objstore.RawGetter)
 	if !ok {
-		return nil, fmt.Errorf("%w: %T", ErrNoRaw, f.Inner)
+		return nil, fmt.Errorf("%w: %T", objstore.ErrNoRaw, f.Inner)
 	}
 	f.mu.Lock()
 	f.raws++
@@ -369,14 +376,59 @@ func (f *Faulty) GetRaw(ctx context.Context, bucket, key string, off, n int64, v
 	case FaultEarlyEOF, FaultShort:
 		// A socket's body has no end of its own: one that ends early is
 		// a connection closed before its length.
-		body.fault = &rawFault{left: cut, err: io.ErrUnexpectedEOF}
+		return relayRaw(body, n, cut, false)
 	case FaultStallBody:
-		body.fault = &rawFault{left: cut, err: os.ErrDeadlineExceeded, stall: true}
+		return relayRaw(body, n, cut, true)
 	case FaultLong:
 		body.Close()
-		return nil, fmt.Errorf("injected fault: get %s/%s: %w", bucket, key, ErrLongBody)
+		return nil, fmt.Errorf("injected fault: get %s/%s: %w", bucket, key, objstore.ErrLongBody)
 	}
 	return body, nil
+}
+
+// relayRaw hands the reader, in place of inner (a body of n bytes), a body
+// on a loopback connection of its own that carries inner's first cut bytes
+// and then ends, or, for a stall, brings nothing more until the reader
+// leaves: a real socket, which the reader splices or reads as it would the
+// store's, failing where a connection that broke or stopped would. The
+// reader's waits are bounded by inner's timeout.
+func relayRaw(inner *objstore.RawBody, n, cut int64, stall bool) (*objstore.RawBody, error) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		inner.Close()
+		return nil, err
+	}
+	defer ln.Close()
+	client, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		inner.Close()
+		return nil, err
+	}
+	server, err := ln.AcceptTCP()
+	if err != nil {
+		client.Close()
+		inner.Close()
+		return nil, err
+	}
+	go func() {
+		defer inner.Close()
+		defer server.Close()
+		buf := make([]byte, 256<<10)
+		for left := cut; left > 0; {
+			k := min(left, int64(len(buf)))
+			if inner.ReadFull(buf[:k]) != nil {
+				return
+			}
+			if _, err := server.Write(buf[:k]); err != nil {
+				return
+			}
+			left -= k
+		}
+		if stall {
+			io.Copy(io.Discard, server) // until the reader closes its end
+		}
+	}()
+	return objstore.NewRawBody(client, nil, n, inner.Timeout())
 }
 
 // GetRangeRDMA implements RDMAGetter when Inner is one (ErrNoRDMAGetter
@@ -384,16 +436,16 @@ func (f *Faulty) GetRaw(ctx context.Context, bucket, key string, off, n int64, v
 // those of a body on a reply that carries the object's bytes (a decline or
 // an ignored token). A reply served over RDMA has no body for a body fault
 // to strike; it passes unchanged, and the fault is not counted.
-func (f *Faulty) GetRangeRDMA(ctx context.Context, bucket, key string, off, n int64, v Version, token string) (RDMAReply, error) {
-	g, ok := f.Inner.(RDMAGetter)
+func (f *Faulty) GetRangeRDMA(ctx context.Context, bucket, key string, off, n int64, v objstore.Version, token string) (objstore.RDMAReply, error) {
+	g, ok := f.Inner.(objstore.RDMAGetter)
 	if !ok {
-		return RDMAReply{}, fmt.Errorf("%w: %T", ErrNoRDMAGetter, f.Inner)
+		return objstore.RDMAReply{}, fmt.Errorf("%w: %T", objstore.ErrNoRDMAGetter, f.Inner)
 	}
 	k, frac := f.pick(true)
 	if k == FaultError || k == FaultStallResponse {
 		f.count(k)
 		if err := f.before(ctx, k, frac); err != nil {
-			return RDMAReply{}, err
+			return objstore.RDMAReply{}, err
 		}
 	}
 	rep, err := g.GetRangeRDMA(ctx, bucket, key, off, n, v, token)

@@ -148,7 +148,9 @@ type Copier interface {
 	// ReleaseSlot gives back a slot that will not be copied.
 	ReleaseSlot(slot *Slot)
 	// Sync waits for every copy this copier enqueued; once it returns the
-	// bytes are visible to the device's next kernel.
+	// bytes are visible to the device's next kernel. It reports the
+	// failures of this copier's copies only (a *CopyError names the
+	// destination), each once.
 	Sync() error
 	// Close syncs, then returns the stream to the stager.
 	Close() error

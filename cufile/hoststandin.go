@@ -322,7 +322,7 @@ type hostStream struct {
 	done chan struct{}
 
 	mu     sync.Mutex
-	failed error // first failed copy since the last sync, as a device reports it
+	failed error // first failed copy with no fault to report to, since the last sync
 }
 
 type hostJob struct {
@@ -334,6 +334,10 @@ type hostJob struct {
 	n       uint64
 	copy    *hostCopy     // completed after the job
 	barrier chan struct{} // closed when reached (Sync)
+	// fault takes the job's failure, before copy completes: a copy that
+	// faults is its own copier's failure, not the stream's, so a request
+	// whose buffer is truncated does not fail the others on its stream.
+	fault func(error)
 }
 
 type hostFence struct {
@@ -380,11 +384,16 @@ func (d *hostDevice) work(st *hostStream) {
 			err = job.dst.write(job.off, job.src)
 		}
 		if err != nil {
-			st.mu.Lock()
-			if st.failed == nil {
-				st.failed = err
+			if job.fault != nil {
+				job.fault(err)
+				err = nil
+			} else {
+				st.mu.Lock()
+				if st.failed == nil {
+					st.failed = err
+				}
+				st.mu.Unlock()
 			}
-			st.mu.Unlock()
 		}
 		if job.copy != nil {
 			job.copy.err = err
@@ -421,7 +430,7 @@ func (d *hostDevice) newFence() (uintptr, error) {
 
 func (d *hostDevice) destroyFence(uintptr) error { return nil }
 
-func (d *hostDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64) error {
+func (d *hostDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64, fault func(error)) error {
 	a, ok := dst.(*hostAllocation)
 	if !ok {
 		return fmt.Errorf("%w: not a host stand-in allocation", ErrBadHandle)
@@ -437,11 +446,11 @@ func (d *hostDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation
 	f.mu.Lock()
 	f.last = c
 	f.mu.Unlock()
-	d.stream(stream).jobs <- hostJob{dst: a, off: dstOff, src: src, copy: c}
+	d.stream(stream).jobs <- hostJob{dst: a, off: dstOff, src: src, copy: c, fault: fault}
 	return nil
 }
 
-func (d *hostDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64) error {
+func (d *hostDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64, fault func(error)) error {
 	from, ok1 := src.(*hostAllocation)
 	to, ok2 := dst.(*hostAllocation)
 	if !ok1 || !ok2 {
@@ -455,7 +464,7 @@ func (d *hostDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64
 			return fmt.Errorf("%w: allocation closed", ErrBadHandle)
 		}
 	}
-	d.stream(stream).jobs <- hostJob{dst: to, off: dstOff, from: from, fromOff: srcOff, n: n}
+	d.stream(stream).jobs <- hostJob{dst: to, off: dstOff, from: from, fromOff: srcOff, n: n, fault: fault}
 	return nil
 }
 

@@ -35,11 +35,15 @@ type stagerDevice interface {
 	newFence() (uintptr, error)
 	destroyFence(fence uintptr) error
 	// copyAsync enqueues the copy of src to dst at dstOff on stream and
-	// records fence after it.
-	copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64) error
+	// records fence after it. A backend that can tell which copy failed
+	// (the host stand-in) calls fault with that copy's failure before the
+	// fence completes, and reports it nowhere else; one that cannot (a
+	// CUDA fault poisons the whole context) reports it from its waits.
+	copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64, fault func(error)) error
 	// copyDtoDAsync enqueues the copy of n bytes of src at srcOff to dst
-	// at dstOff on stream (device to device, no slot involved).
-	copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64) error
+	// at dstOff on stream (device to device, no slot involved); fault as
+	// for copyAsync.
+	copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64, fault func(error)) error
 	fenceDone(fence uintptr) (bool, error)
 	waitFence(fence uintptr) error
 	syncStream(stream uintptr) error
@@ -56,8 +60,20 @@ type copyStream struct {
 	// The fields below are the stager's, under its lock.
 	users   int     // open copiers on this stream
 	copying []*Slot // oldest first
-	err     error   // asynchronous failure seen while reclaiming, for the next Sync
 }
+
+// CopyError is the asynchronous failure of one copy into Dst. It is
+// reported by the Sync (or Close) of the copier that enqueued the copy and
+// by no other: a request whose buffer faults does not fail the requests
+// whose copies share its stream. Copies of one copier into several
+// destinations (CopyAsyncMany) say which destination failed.
+type CopyError struct {
+	Dst Allocation
+	Err error
+}
+
+func (e *CopyError) Error() string { return e.Err.Error() }
+func (e *CopyError) Unwrap() error { return e.Err }
 
 type stager struct {
 	dev stagerDevice
@@ -319,9 +335,10 @@ const reclaimHeads = 8
 // taken again (another reclaim may have taken it first).
 func (s *stager) reclaim(streams ...*copyStream) {
 	type head struct {
-		slot *Slot
-		seq  uint64
-		err  error
+		slot   *Slot
+		seq    uint64
+		copier *copier // whose copy it is, to report a failure to
+		err    error
 	}
 	type look struct {
 		st    *copyStream
@@ -340,7 +357,7 @@ func (s *stager) reclaim(streams ...*copyStream) {
 		}
 		l := look{st: st}
 		for _, slot := range st.copying[:min(len(st.copying), reclaimHeads)] {
-			l.heads = append(l.heads, head{slot: slot, seq: slot.seq})
+			l.heads = append(l.heads, head{slot: slot, seq: slot.seq, copier: slot.copier})
 		}
 		looks = append(looks, l)
 	}
@@ -356,7 +373,7 @@ func (s *stager) reclaim(streams ...*copyStream) {
 				done, err := s.dev.fenceDone(h.slot.fence)
 				if err != nil {
 					// The copy failed: the slot is free to reuse and
-					// the stream's next Sync reports the failure.
+					// the copier that made it reports the failure.
 					h.err, done = err, true
 				}
 				if !done {
@@ -371,13 +388,12 @@ func (s *stager) reclaim(streams ...*copyStream) {
 	defer s.mu.Unlock()
 	if runErr != nil {
 		// The device cannot be made current: no copy on it can be
-		// waited for, so give the slots back and report on Sync.
+		// waited for, so give the slots back and fail the copiers whose
+		// copies they were on their Sync.
 		for _, l := range looks {
 			st := l.st
-			if len(st.copying) > 0 {
-				st.noteErr(runErr)
-			}
 			for _, slot := range st.copying {
+				slot.copier.noteErr(runErr)
 				s.freeLocked(slot)
 			}
 			st.copying = nil
@@ -393,7 +409,7 @@ func (s *stager) reclaim(streams ...*copyStream) {
 				continue // taken back by another reclaim meanwhile
 			}
 			if h.err != nil {
-				st.noteErr(h.err)
+				h.copier.noteErr(h.err)
 			}
 			st.copying = st.copying[1:]
 			s.freeLocked(h.slot)
@@ -422,10 +438,43 @@ func (s *stager) takeCompletedLocked(st *copyStream, slot *Slot) {
 	}
 }
 
-func (st *copyStream) noteErr(err error) {
-	if st.err == nil {
-		st.err = err
+// noteErr keeps err, a failure the device reported while its copies were
+// waited for or reclaimed, for c's next Sync; nil c (a slot no copier
+// enqueued) drops it.
+func (c *copier) noteErr(err error) {
+	if c == nil {
+		return
 	}
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	if !c.deviceErr {
+		c.errs = append(c.errs, err)
+		c.deviceErr = true
+	}
+}
+
+// faultTo returns what a backend calls when a copy of c's into dst fails:
+// the first failure per destination is kept for c's next Sync.
+func (c *copier) faultTo(dst Allocation) func(error) {
+	return func(err error) {
+		c.fmu.Lock()
+		defer c.fmu.Unlock()
+		for _, e := range c.errs {
+			if ce, ok := e.(*CopyError); ok && ce.Dst == dst {
+				return
+			}
+		}
+		c.errs = append(c.errs, &CopyError{Dst: dst, Err: err})
+	}
+}
+
+// takeErrs returns and forgets the failures kept for Sync.
+func (c *copier) takeErrs() []error {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	errs := c.errs
+	c.errs, c.deviceErr = nil, false
+	return errs
 }
 
 func (s *stager) oldestCopyingLocked() *Slot {
@@ -442,7 +491,7 @@ func (s *stager) oldestCopyingLocked() *Slot {
 func (s *stager) failOldestLocked(slot *Slot, err error) {
 	for _, st := range s.streams {
 		if len(st.copying) > 0 && st.copying[0] == slot {
-			st.noteErr(err)
+			slot.copier.noteErr(err)
 			st.copying = st.copying[1:]
 			s.freeLocked(slot)
 			return
@@ -555,6 +604,12 @@ type copier struct {
 	// unfenced: a device-to-device copy was enqueued after last, with no
 	// fence of its own, so only a stream synchronisation covers it.
 	unfenced bool
+	// fmu guards errs, written by the backend's copy workers too: the
+	// failures of this copier's copies since the last Sync (CopyError per
+	// destination, then at most one failure the device reported).
+	fmu       sync.Mutex
+	errs      []error
+	deviceErr bool
 }
 
 func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
@@ -672,7 +727,7 @@ func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) err
 func (c *copier) enqueue(slot *Slot, src []byte, dst Allocation, dstOff uint64) error {
 	s := c.s
 	return s.dev.run(func() error {
-		err := s.dev.copyAsync(c.stream.handle, slot.fence, src, dst, dstOff)
+		err := s.dev.copyAsync(c.stream.handle, slot.fence, src, dst, dstOff, c.faultTo(dst))
 		if err != nil {
 			// The copy may be enqueued without its fence: drain the
 			// stream before the slot can be filled again.
@@ -779,7 +834,7 @@ func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, 
 	c.unfenced = true // read by syncTarget under the lock
 	s.mu.Unlock()
 	return s.dev.run(func() error {
-		return s.dev.copyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n))
+		return s.dev.copyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n), c.faultTo(dst))
 	})
 }
 
@@ -805,11 +860,7 @@ func (c *copier) Drain() error {
 	s := c.s
 	err := s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
 	if err != nil {
-		s.mu.Lock()
-		if c.stream.err == nil {
-			c.stream.err = err
-		}
-		s.mu.Unlock()
+		c.noteErr(err)
 	}
 	return err
 }
@@ -833,14 +884,17 @@ func (c *copier) sync() error {
 		err = s.dev.run(func() error { return s.dev.waitFence(fence) })
 	}
 	addSince(&c.waited, start)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen := c.stream.err
-	c.stream.err = nil
-	if err == nil {
-		err = seen
+	// Only this copier's failures: another request's copy that failed on
+	// the same stream is that request's to report. (What the wait itself
+	// returned is the device's word on this copier's copies.)
+	errs := c.takeErrs()
+	switch {
+	case len(errs) == 0:
+		return err
+	case err == nil && len(errs) == 1:
+		return errs[0]
 	}
-	return err
+	return errors.Join(append([]error{err}, errs...)...)
 }
 
 // syncTarget says what sync waits for. A stream of the copier's own (one

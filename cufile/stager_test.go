@@ -682,3 +682,80 @@ func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
 		t.Fatal("a ring that cannot be pinned was made")
 	}
 }
+
+// Copies into a buffer truncated under its mapping fail, and only the
+// copier that made them hears of it: another request's copier on the same
+// stream syncs clean with its bytes right, however the two interleave
+// (one stream shared through the pool, or copiers cycling slots of their
+// own, whose Sync drains the whole stream).
+func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
+	for _, perCopier := range []int{0, 2} {
+		t.Run(fmt.Sprintf("PerCopier=%d", perCopier), func(t *testing.T) {
+			b, dir := standin(t)
+			const slotSize, rounds = 4096, 40
+			goodPath := standinFile(t, dir, "good", 4*slotSize, 0)
+			badPath := standinFile(t, dir, "bad", 4*slotSize, 0)
+			good, err := b.Import(0, nameHandle("good"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer good.Close()
+			bad, err := b.Import(0, nameHandle("bad"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bad.Close()
+			if err := os.Truncate(badPath, 0); err != nil {
+				t.Fatal(err)
+			}
+			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 4, Streams: 1, PerCopier: perCopier})
+			for round := range rounds {
+				cg, err := st.NewCopier()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cb, err := st.NewCopier()
+				if err != nil {
+					t.Fatal(err)
+				}
+				data := pattern(slotSize, uint64(round))
+				send := func(c Copier, dst Allocation, off uint64, p []byte) {
+					t.Helper()
+					slot, err := c.AcquireSlot(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(slot.Buf, p)
+					if err := c.CopyAsync(slot, len(p), dst, off); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The faulting copy first, so that it has failed by the
+				// time the healthy copier syncs.
+				send(cb, bad, 0, data)
+				send(cb, bad, slotSize, data)
+				send(cg, good, uint64(round%4)*slotSize, data)
+				if err := cg.Sync(); err != nil {
+					t.Fatalf("round %d: the healthy copier's Sync = %v", round, err)
+				}
+				if err := cb.Close(); !errors.Is(err, ErrBadHandle) {
+					t.Fatalf("round %d: the faulting copier's Close = %v, want ErrBadHandle", round, err)
+				}
+				if err := cg.Close(); err != nil {
+					t.Fatalf("round %d: the healthy copier's Close = %v", round, err)
+				}
+				got, err := os.ReadFile(goodPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				off := (round % 4) * slotSize
+				if sha256.Sum256(got[off:off+slotSize]) != sha256.Sum256(data) {
+					t.Fatalf("round %d: the healthy copier's bytes differ", round)
+				}
+			}
+			if h, cp := st.Busy(); h != 0 || cp != 0 {
+				t.Errorf("slots out of the ring: held %d copying %d", h, cp)
+			}
+		})
+	}
+}

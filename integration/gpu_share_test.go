@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -182,9 +183,10 @@ func (r slowReader) Read(p []byte) (int, error) {
 
 // The first reader of a shared fetch is a process killed mid-read: the
 // seven that joined it finish with every byte right, the fetch is not
-// started again for them, and the killed caller's buffer gets nothing
-// after its death but what had already been enqueued (none of it outside
-// the range it asked for).
+// started again for them (only the part it had passed when they came is
+// fetched once more), and the killed caller's buffer gets nothing after
+// its death but what had already been enqueued (none of it outside the
+// range it asked for).
 func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
@@ -203,6 +205,19 @@ func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	}
 	defer leadFile.Close()
 	lead := hostBuffer(t, dir, "lead", size+4096, 0xEE)
+	// The seven that join, ready before the fetch starts so that they
+	// come together.
+	var files [7]*os.File
+	bufs := make([]string, 7)
+	for i := range 7 {
+		f, err := os.Open(filepath.Join(mp, "obj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+		bufs[i] = hostBuffer(t, dir, fmt.Sprintf("f%d", i), size, 0xEE)
+	}
 	before := metricAt(t, d, "s3_received_bytes_total", "")
 
 	// The first reader, in a process of its own, starts the fetch.
@@ -224,18 +239,11 @@ func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]s3gds.Result, 7)
 	errs := make([]error, 7)
-	bufs := make([]string, 7)
 	for i := range 7 {
-		f, err := os.Open(filepath.Join(mp, "obj"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		bufs[i] = hostBuffer(t, dir, fmt.Sprintf("f%d", i), size, 0xEE)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = s3gds.Read(f, hostRequest(bufs[i], 0, size, 0))
+			results[i], errs[i] = s3gds.Read(files[i], hostRequest(bufs[i], 0, size, 0))
 		}()
 	}
 	// Then the first reader dies while the fetch runs.
@@ -253,8 +261,10 @@ func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	if received > 1.2*size {
 		t.Errorf("the server sent %v bytes for reads of a %d-byte object", received, size)
 	}
-	if shared < 7*size {
-		t.Errorf("gpu_shared_bytes_total %v, want the seven followers' %d", shared, 7*size)
+	// What the followers did not share they fetched again: the part the
+	// fetch had passed when they came, beyond the one fetch of the object.
+	if shared < 7*size-(received-size) {
+		t.Errorf("gpu_shared_bytes_total %v, want the seven followers' %d but for the %v fetched again", shared, 7*size, received-size)
 	}
 	// The killed caller's buffer: a prefix of the object's bytes, then the
 	// fill; nothing past the range it asked for.
@@ -283,5 +293,210 @@ func checkReaders(t *testing.T, dir string, bufs []string, results []s3gds.Resul
 		if sha256.Sum256(got) != want {
 			t.Errorf("reader %d: the buffer differs from the object", i)
 		}
+	}
+}
+
+// A reader that joins a shared fetch after its first slots have landed
+// gets them from the daemon, never from the first reader's buffer: the
+// first reader writes its own bytes over its buffer before the second
+// joins and all through the second read, and the second reader's bytes
+// are the object's.
+func TestGPUJoinerGetsNoBytesFromAnotherBuffer(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 16<<20 + 777
+	srv.PutRandomObject(t, "data", "obj", size, 53)
+	obj := testenv.RandomBytes(53, 0, size)
+	started := make(chan struct{})
+	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+		c.GPU.Share = true
+		c.GPU.TargetStreams = 1 // one fetch of the whole object
+		c.WrapStore = func(s objstore.Store) objstore.Store { return slowBody{s, started, &sync.Once{}} }
+	})
+	var files [2]*os.File
+	for i := range files {
+		f, err := os.Open(filepath.Join(mp, "obj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	lead := hostBuffer(t, dir, "lead", size, 0xEE)
+	join := hostBuffer(t, dir, "join", size, 0xEE)
+	leadErr := make(chan error, 1)
+	go func() {
+		_, err := s3gds.Read(files[0], hostRequest(lead, 0, size, 0))
+		leadErr <- err
+	}()
+	// Once the first slot (1 MiB) has landed in the first reader's buffer,
+	// that reader scribbles over it, and goes on until the second is done.
+	lf, err := os.OpenFile(filepath.Join(dir, lead), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	head := make([]byte, 1<<20)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if _, err := lf.ReadAt(head, 0); err != nil {
+			t.Fatal(err)
+		}
+		if string(head) == string(obj[:len(head)]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first reader's bytes never began to land")
+		}
+	}
+	scribble := bytes.Repeat([]byte{0x55}, size)
+	if _, err := lf.WriteAt(scribble, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop, scribbled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(scribbled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			lf.WriteAt(scribble, 0)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	res, err := s3gds.Read(files[1], hostRequest(join, 0, size, 0))
+	close(stop)
+	<-scribbled
+	if err != nil || res.Bytes != size {
+		t.Fatalf("the second reader: %+v %v", res, err)
+	}
+	if err := <-leadErr; err != nil {
+		t.Fatalf("the first reader: %v", err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, join))
+	if sha256.Sum256(got) != sha256.Sum256(obj) {
+		n := 0
+		for n < size && got[n] == obj[n] {
+			n++
+		}
+		t.Fatalf("the second reader's buffer differs from the object from byte %d (0x%02x)", n, got[n])
+	}
+	shared := metricAt(t, d, "gpu_shared_bytes_total", "")
+	t.Logf("the second reader shared %v of %d bytes", shared, size)
+	if shared <= 0 || shared > size-(1<<20) {
+		t.Errorf("gpu_shared_bytes_total %v: want some, at most what had not landed when it joined", shared)
+	}
+}
+
+// A caller whose buffer is truncated under it in a loop (another process's
+// doing to its own buffer) has its reads fail with EBADF, alone: every read
+// of a healthy caller beside it, in the same shared fetches or on the same
+// copy stream, succeeds byte-exact.
+func TestGPUFaultingCallerFailsAlone(t *testing.T) {
+	for _, share := range []bool{true, false} {
+		t.Run(fmt.Sprintf("share=%v", share), func(t *testing.T) {
+			srv := testenv.Start(t)
+			srv.CreateBucket(t, "data")
+			const size = 2<<20 + 99
+			srv.PutRandomObject(t, "data", "obj", size, 59)
+			want := sha256.Sum256(testenv.RandomBytes(59, 0, size))
+			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+				c.GPU.Share = share
+				c.GPU.CopyStreams = 1 // every copy on one stream
+				c.WrapStore = func(s objstore.Store) objstore.Store {
+					return slowBody{s, make(chan struct{}), &sync.Once{}}
+				}
+			})
+			var files [2]*os.File
+			for i := range files {
+				f, err := os.Open(filepath.Join(mp, "obj"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				files[i] = f
+			}
+			good := hostBuffer(t, dir, "good", size, 0xEE)
+			bad := hostBuffer(t, dir, "bad", size, 0xEE)
+			badPath := filepath.Join(dir, bad)
+			stop := make(chan struct{})
+			var bg sync.WaitGroup
+			var faults, badOK int
+			var badOther error
+			bg.Add(2)
+			go func() { // the faulting caller shrinks and regrows its buffer
+				defer bg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					os.Truncate(badPath, 0)
+					time.Sleep(200 * time.Microsecond)
+					os.Truncate(badPath, size)
+					time.Sleep(200 * time.Microsecond)
+				}
+			}()
+			go func() { // and reads into it
+				defer bg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, err := s3gds.Read(files[1], hostRequest(bad, 0, size, 0))
+					switch {
+					case err == nil:
+						badOK++
+					case errors.Is(err, unix.EBADF):
+						faults++
+					case badOther == nil:
+						badOther = err
+					}
+				}
+			}()
+			gf, err := os.OpenFile(filepath.Join(dir, good), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gf.Close()
+			fill := bytes.Repeat([]byte{0xEE}, size)
+			const reads = 40
+			var failed []string
+			for i := range reads {
+				if _, err := gf.WriteAt(fill, 0); err != nil {
+					t.Fatal(err)
+				}
+				res, err := s3gds.Read(files[0], hostRequest(good, 0, size, 0))
+				if err != nil || res.Bytes != size {
+					failed = append(failed, fmt.Sprintf("read %d: %+v %v", i, res, err))
+					continue
+				}
+				got, _ := os.ReadFile(filepath.Join(dir, good))
+				if sha256.Sum256(got) != want {
+					failed = append(failed, fmt.Sprintf("read %d: bytes differ from the object", i))
+				}
+			}
+			close(stop)
+			bg.Wait()
+			shared := metricAt(t, d, "gpu_shared_bytes_total", "")
+			t.Logf("healthy: %d of %d reads failed; faulting: %d EBADF, %d whole; %v bytes shared",
+				len(failed), reads, faults, badOK, shared)
+			for _, f := range failed {
+				t.Error(f)
+			}
+			if badOther != nil {
+				t.Errorf("the faulting caller's read failed with %v, want EBADF", badOther)
+			}
+			if faults == 0 {
+				t.Error("the truncated buffer never failed a read")
+			}
+			if share && shared == 0 {
+				t.Error("the two callers never shared a fetch")
+			}
+		})
 	}
 }

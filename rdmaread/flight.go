@@ -1,8 +1,11 @@
 package rdmaread
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,10 +18,21 @@ import (
 // flight is one GET stream of a range [start, end) on its own context; each
 // slot it fills is copied to every destination attached to it (one fill,
 // several copies on the flight's stream, the slot fenced after the last).
+// Bytes reach a destination only from the daemon's own pinned slots, never
+// from another caller's buffer, which that caller may change at any time.
+//
 // A read that comes while a flight is under way attaches at the flight's
-// position, and the part already landed is copied device to device from a
-// destination that has it, on the same stream and so after its bytes landed;
-// with no such destination the read leads a flight of its own instead.
+// position: it gets every slot the flight fills from there on. The part the
+// flight had already passed is fetched again for it, by a flight of its own
+// over just that part (which later reads may join in turn), so a late joiner
+// costs the server what it missed and no more. A copy that fails is the
+// failure of the destination it was for alone (cufile.CopyError); the
+// flight's GET failing fails every destination.
+//
+// What may share is one version of one object (the key below: a version's
+// ETag, or its size and time when there is none), and only at the same
+// object offsets: a slot holding object bytes [p, p+n) goes to each
+// destination's place for those bytes.
 //
 // The flight lives while any destination waits: the read that started it is
 // a destination like the others, and its cancellation detaches it only. The
@@ -96,9 +110,9 @@ func (e *Engine) flightPart(ctx context.Context, r Request, alloc cufile.Allocat
 			detachAll(waits)
 			return 0, err
 		}
-		w := e.join(key, r, ref, stager, pos, end, dst+uint64(pos-off))
-		waits = append(waits, w)
-		pos = w.t.b
+		ws := e.join(key, r, ref, stager, pos, end, dst+uint64(pos-off))
+		waits = append(waits, ws...)
+		pos = ws[len(ws)-1].t.b
 	}
 	var shared int64
 	for i, w := range waits {
@@ -121,8 +135,10 @@ func (e *Engine) flightPart(ctx context.Context, r Request, alloc cufile.Allocat
 
 // join attaches a destination for object bytes from pos (up to end) to a
 // flight under way, or starts one; ref is the flight's reference on the
-// destination's import, which the flight puts when it ends.
-func (e *Engine) join(key flightKey, r Request, ref cufile.Allocation, stager cufile.Stager, pos, end int64, dst uint64) joined {
+// destination's import, which the flight puts when it ends. Joining a
+// flight that has passed pos, it also leads a flight over the part passed:
+// it returns that one first, then the one joined.
+func (e *Engine) join(key flightKey, r Request, ref cufile.Allocation, stager cufile.Stager, pos, end int64, dst uint64) []joined {
 	ft := &e.flights
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
@@ -130,6 +146,7 @@ func (e *Engine) join(key flightKey, r Request, ref cufile.Allocation, stager cu
 		ft.m = map[flightKey][]*flight{}
 	}
 	newEnd := end
+	var under []*flight // flights over pos
 	for _, f := range ft.m[key] {
 		if f.start > pos {
 			newEnd = min(newEnd, f.start) // lead only up to the next flight
@@ -138,45 +155,76 @@ func (e *Engine) join(key flightKey, r Request, ref cufile.Allocation, stager cu
 		if pos >= f.end {
 			continue
 		}
-		if t := f.attach(ref, pos, min(end, f.end), dst); t != nil {
-			return joined{f, t}
+		under = append(under, f)
+	}
+	if len(under) > 0 {
+		// A second reference for a part led beside the one joined: the
+		// import is in the cache, held by ref, so this is a lookup.
+		extra, err := e.imports.Acquire(r.Owner, r.Device, r.Handle)
+		if err == nil {
+			// The flight that has passed pos by the fewest bytes first:
+			// what it has passed is fetched again.
+			slices.SortStableFunc(under, func(x, y *flight) int { return cmp.Compare(x.position(), y.position()) })
+			for _, f := range under {
+				t := f.attach(ref, pos, min(end, f.end), newEnd, dst)
+				if t == nil {
+					continue
+				}
+				if t.a == pos {
+					e.putRef(extra)
+					return []joined{{f, t}}
+				}
+				return []joined{e.leadLocked(key, r, extra, stager, pos, t.a, dst), {f, t}}
+			}
+			e.putRef(extra)
 		}
 	}
+	return []joined{e.leadLocked(key, r, ref, stager, pos, newEnd, dst)}
+}
+
+// leadLocked starts a flight over [a, b) with one destination, at dst;
+// the flight table is locked.
+func (e *Engine) leadLocked(key flightKey, r Request, ref cufile.Allocation, stager cufile.Stager, a, b int64, dst uint64) joined {
+	ft := &e.flights
 	fctx, cancel := context.WithCancel(context.Background())
-	f := &flight{key: key, version: r.Version, start: pos, end: newEnd, owner: r.Owner, ctx: fctx, cancel: cancel, pos: pos, ended: make(chan struct{})}
-	t := &target{alloc: ref, a: pos, b: newEnd, dst: dst, done: make(chan struct{})}
+	f := &flight{key: key, version: r.Version, start: a, end: b, owner: r.Owner, ctx: fctx, cancel: cancel, pos: a, ended: make(chan struct{})}
+	t := &target{alloc: ref, a: a, b: b, dst: dst, done: make(chan struct{})}
 	f.targets = []*target{t}
 	ft.m[key] = append(ft.m[key], f)
 	go e.runFlight(f, stager)
 	return joined{f, t}
 }
 
-// attach adds a destination for [a, b) to a flight still running, or
-// returns nil. Bytes the flight has already passed are copied device to
-// device from a destination that holds them; without one it does not join.
-func (f *flight) attach(ref cufile.Allocation, a, b int64, dst uint64) *target {
+func (e *Engine) putRef(ref cufile.Allocation) {
+	if err := e.imports.Put(ref); err != nil {
+		e.log.Warn("putting a shared read's import", "err", err)
+	}
+}
+
+func (f *flight) position() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pos
+}
+
+// attach adds a destination for object bytes [a, b) at dst to a flight
+// still running, from the flight's position on when it has passed a (the
+// returned target's a says from where), or returns nil: when the flight is
+// over, has passed b, or has passed limit, which the part it passed, to be
+// led apart, may not run beyond.
+func (f *flight) attach(ref cufile.Allocation, a, b, limit int64, dst uint64) *target {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.finished || f.ctx.Err() != nil || len(f.targets) == 0 {
 		return nil
 	}
-	if f.pos > a {
-		have := min(f.pos, b)
-		var src *target
-		for _, s := range f.targets {
-			if s.a <= a && s.b >= have {
-				src = s
-				break
-			}
-		}
-		if src == nil || f.copier == nil {
-			return nil
-		}
-		if err := f.copier.CopyDeviceAsync(src.alloc, src.dst+uint64(a-src.a), ref, dst, have-a); err != nil {
-			return nil
-		}
+	// Every slot the flight fills from here on starts at f.pos or later
+	// (deliver moves f.pos under this lock), so the target misses none.
+	from := max(a, f.pos)
+	if from >= b || from > limit {
+		return nil
 	}
-	t := &target{alloc: ref, a: a, b: b, dst: dst, follower: true, done: make(chan struct{})}
+	t := &target{alloc: ref, a: from, b: b, dst: dst + uint64(from-a), follower: true, done: make(chan struct{})}
 	f.targets = append(f.targets, t)
 	return t
 }
@@ -260,12 +308,11 @@ func (e *Engine) runFlight(f *flight, stager cufile.Stager) {
 	ft.mu.Unlock()
 
 	f.syncs.Wait() // no Drain runs beside Close
+	var copyErr error
 	if copier != nil {
 		t0 := time.Now()
 		// Close synchronises the stream: every copy has landed once it returns.
-		if cerr := copier.Close(); err == nil {
-			err = cerr
-		}
+		copyErr = copier.Close()
 		e.m.GPUCopyWait.Add((time.Duration(copier.WaitNanos()) + time.Since(t0)).Seconds())
 	}
 	f.mu.Lock()
@@ -275,17 +322,43 @@ func (e *Engine) runFlight(f *flight, stager cufile.Stager) {
 	targets := append(f.targets, f.gone...)
 	for _, t := range f.targets {
 		t.err = err
+		if err == nil {
+			t.err = copyErrFor(copyErr, t.alloc)
+		}
 		close(t.done)
 	}
 	f.targets, f.gone = nil, nil
 	f.mu.Unlock()
 	f.cancel()
 	for _, t := range targets {
-		if perr := e.imports.Put(t.alloc); perr != nil {
-			e.log.Warn("putting a shared read's import", "err", perr)
-		}
+		e.putRef(t.alloc)
 	}
 	close(f.ended)
+}
+
+// copyErrFor is the part of err, what the flight's copier reported, that
+// is dst's: a copy into another destination that failed is that
+// destination's failure alone; a failure the device reported for the
+// stream as a whole is everyone's.
+func copyErrFor(err error, dst cufile.Allocation) error {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var mine []error
+	for _, e := range errs {
+		var ce *cufile.CopyError
+		if errors.As(e, &ce) && ce.Dst != dst {
+			continue
+		}
+		if e != nil {
+			mine = append(mine, e)
+		}
+	}
+	if len(mine) == 1 {
+		return mine[0]
+	}
+	return errors.Join(mine...)
 }
 
 // streamFlight is streamPart for a flight: the range is read with one

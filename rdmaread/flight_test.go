@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -135,10 +137,11 @@ func (fe *flightEnv) check(name string, off, n int64, dst int) error {
 }
 
 // Eight readers of one object share one fetch: the server sends the object
-// about once, each destination gets every byte, and the results and
-// counters say how much was shared.
+// once, plus the part the first fetch had passed when the others came
+// (fetched once more, for all of them), each destination gets every byte,
+// and the results and counters say how much was shared.
 func TestEightReadersShareOneFetch(t *testing.T) {
-	const size = 6<<20 + 12345
+	const size, passed = 6<<20 + 12345, 20 * 64 << 10 // memBody reads 64 KiB at a time
 	fe := newFlightEnv(t, size, Config{Share: true})
 	fe.store.gate = make(chan struct{})
 	var wg sync.WaitGroup
@@ -154,7 +157,7 @@ func TestEightReadersShareOneFetch(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		if i == 0 {
 			// Let the first fetch get under way: the rest join late.
-			for range 20 {
+			for range passed / (64 << 10) {
 				fe.store.gate <- struct{}{}
 			}
 		}
@@ -174,11 +177,11 @@ func TestEightReadersShareOneFetch(t *testing.T) {
 		}
 		shared += results[i].SharedBytes
 	}
-	if sent := fe.store.sent.Load(); sent > size*12/10 {
-		t.Errorf("the server sent %d bytes for 8 reads of %d", sent, size)
+	if sent := fe.store.sent.Load(); sent > size+passed {
+		t.Errorf("the server sent %d bytes for 8 reads of %d, the first %d ahead", sent, size, passed)
 	}
-	if shared < 6*size {
-		t.Errorf("shared bytes %d, want at least %d", shared, 6*size)
+	if shared < 7*size-passed {
+		t.Errorf("shared bytes %d, want at least %d", shared, 7*size-passed)
 	}
 	snap, _ := fe.m.Snapshot()
 	if got := snap["gpu_shared_bytes_total"].(float64); got != float64(shared) {
@@ -329,5 +332,208 @@ func TestOverlappingRangesAndACutBody(t *testing.T) {
 	}
 	if sent := fe.store.sent.Load(); sent > 2*size {
 		t.Errorf("the server sent %d bytes", sent)
+	}
+}
+
+// waitFor polls cond for up to 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 1000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// A read that joins a flight after its first slots have landed gets them
+// from the daemon, not from the first reader's buffer: the first reader
+// scribbles over its own buffer before the second joins and all through
+// the read, and the second reader's bytes are the object's. The part the
+// flight had passed is fetched again, the rest shared.
+func TestLateJoinerNeverCopiesFromAnotherBuffer(t *testing.T) {
+	const size = 4 << 20
+	fe := newFlightEnv(t, size, Config{Share: true})
+	fe.store.gate = make(chan struct{})
+	lead, join := fe.buffer(t, "lead", size), fe.buffer(t, "join", size)
+	leadErr := make(chan error, 1)
+	go func() {
+		_, err := fe.e.Read(context.Background(), fe.request(lead, 0, size, 0, "v1"))
+		leadErr <- err
+	}()
+	// Let two slots' worth of the body through and wait until they have
+	// landed in the first reader's buffer.
+	for range 8 {
+		fe.store.gate <- struct{}{}
+	}
+	leadPath := filepath.Join(fe.dir, "lead")
+	const landed = 512 << 10
+	waitFor(t, "the first slots to land", func() bool {
+		got, err := os.ReadFile(leadPath)
+		return err == nil && bytes.Equal(got[:landed], fe.store.data[:landed])
+	})
+	// The first reader writes its own bytes into its buffer, now and
+	// until the second read is done.
+	f, err := os.OpenFile(leadPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	scribble := bytes.Repeat([]byte{0x55}, size)
+	if _, err := f.WriteAt(scribble, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	scribbled := make(chan struct{})
+	go func() {
+		defer close(scribbled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f.WriteAt(scribble, 0)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var res Result
+	joinErr := make(chan error, 1)
+	go func() {
+		var err error
+		res, err = fe.e.Read(context.Background(), fe.request(join, 0, size, 0, "v1"))
+		joinErr <- err
+	}()
+	// The second read has joined once the first flight has two
+	// destinations.
+	waitFor(t, "the second read to join", func() bool {
+		fe.e.flights.mu.Lock()
+		defer fe.e.flights.mu.Unlock()
+		for _, fl := range fe.e.flights.m[flightKey{bucket: "b", key: "k", version: "etag:v1", size: size}] {
+			fl.mu.Lock()
+			n := len(fl.targets)
+			fl.mu.Unlock()
+			if n >= 2 {
+				return true
+			}
+		}
+		return false
+	})
+	close(fe.store.gate)
+	err = <-joinErr
+	close(stop)
+	<-scribbled
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	if err := <-leadErr; err != nil {
+		t.Fatalf("first reader: %v", err)
+	}
+	if err := fe.check("join", 0, size, 0); err != nil {
+		t.Fatal(err)
+	}
+	if res.SharedBytes == 0 || res.SharedBytes > size-landed {
+		t.Errorf("second reader shared %d bytes, want some, at most the %d not yet landed when it joined", res.SharedBytes, size-landed)
+	}
+	if sent := fe.store.sent.Load(); sent > 2*size {
+		t.Errorf("the server sent %d bytes for two reads of %d", sent, size)
+	}
+}
+
+// A reader whose buffer is truncated under its mapping while it reads
+// fails (EBADF) alone: a healthy reader of the same object, sharing its
+// flights or, without sharing, its copy stream, gets every read right.
+func TestFaultingReaderFailsAlone(t *testing.T) {
+	for _, share := range []bool{true, false} {
+		t.Run(fmt.Sprintf("share=%v", share), func(t *testing.T) {
+			const size = 1 << 20
+			fe := newFlightEnv(t, size, Config{Share: share})
+			// One copy stream: without sharing the two readers' copies
+			// still run on the same stream.
+			fe.e.cfg.Staging.Streams = 1
+			// Bodies flow a 64 KiB read at a time, so that the two
+			// readers' fetches overlap and flights are joined.
+			fe.store.gate = make(chan struct{})
+			stop := make(chan struct{})
+			var bg sync.WaitGroup
+			defer func() { close(stop); bg.Wait() }()
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				for {
+					select {
+					case fe.store.gate <- struct{}{}:
+					case <-stop:
+						return
+					}
+				}
+			}()
+			good, bad := fe.buffer(t, "good", size), fe.buffer(t, "bad", size)
+			goodPath, badPath := filepath.Join(fe.dir, "good"), filepath.Join(fe.dir, "bad")
+			// The faulting reader's process shrinks and regrows its
+			// buffer's file in a loop.
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					os.Truncate(badPath, 0)
+					time.Sleep(100 * time.Microsecond)
+					os.Truncate(badPath, size)
+					time.Sleep(100 * time.Microsecond)
+				}
+			}()
+			g, err := os.OpenFile(goodPath, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			fill := bytes.Repeat([]byte{0xEE}, size)
+			var faults, rounds int
+			var shared int64
+			for rounds = 0; rounds < 2000 && (faults < 20 || rounds < 100); rounds++ {
+				if _, err := g.WriteAt(fill, 0); err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				var goodErr, badErr error
+				var goodRes, badRes Result
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					goodRes, goodErr = fe.e.Read(context.Background(), fe.request(good, 0, size, 0, "v1"))
+				}()
+				go func() {
+					defer wg.Done()
+					badRes, badErr = fe.e.Read(context.Background(), fe.request(bad, 0, size, 0, "v1"))
+				}()
+				wg.Wait()
+				shared += goodRes.SharedBytes + badRes.SharedBytes
+				if goodErr != nil {
+					t.Fatalf("round %d: the healthy reader failed: %v (the faulting one: %v)", rounds, goodErr, badErr)
+				}
+				if err := fe.check("good", 0, size, 0); err != nil {
+					t.Fatalf("round %d: %v", rounds, err)
+				}
+				if badErr != nil {
+					if code, _ := errno.Of(readError(badErr)); code != syscall.EBADF {
+						t.Fatalf("round %d: the faulting reader: %v, want EBADF", rounds, badErr)
+					}
+					faults++
+				}
+			}
+			t.Logf("%d rounds, the faulting reader failed in %d; %d bytes shared", rounds, faults, shared)
+			if faults == 0 {
+				t.Fatal("the truncated buffer never failed a read")
+			}
+			if share && shared == 0 {
+				t.Fatal("the two readers never shared a flight")
+			}
+		})
 	}
 }

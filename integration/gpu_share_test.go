@@ -451,7 +451,9 @@ func TestGPUFaultingCallerFailsAlone(t *testing.T) {
 					switch {
 					case err == nil:
 						badOK++
-					case errors.Is(err, unix.EBADF):
+					// EBADF: a copy into it failed; EINVAL: it was empty
+					// when imported (the host stand-in refuses empty files).
+					case errors.Is(err, unix.EBADF), errors.Is(err, unix.EINVAL):
 						faults++
 					case badOther == nil:
 						badOther = err
@@ -483,13 +485,13 @@ func TestGPUFaultingCallerFailsAlone(t *testing.T) {
 			close(stop)
 			bg.Wait()
 			shared := metricAt(t, d, "gpu_shared_bytes_total", "")
-			t.Logf("healthy: %d of %d reads failed; faulting: %d EBADF, %d whole; %v bytes shared",
+			t.Logf("healthy: %d of %d reads failed; faulting: %d EBADF or EINVAL, %d whole; %v bytes shared",
 				len(failed), reads, faults, badOK, shared)
 			for _, f := range failed {
 				t.Error(f)
 			}
 			if badOther != nil {
-				t.Errorf("the faulting caller's read failed with %v, want EBADF", badOther)
+				t.Errorf("the faulting caller's read failed with %v, want EBADF or EINVAL", badOther)
 			}
 			if faults == 0 {
 				t.Error("the truncated buffer never failed a read")

@@ -521,8 +521,10 @@ func TestFaultingReaderFailsAlone(t *testing.T) {
 					t.Fatalf("round %d: %v", rounds, err)
 				}
 				if badErr != nil {
-					if code, _ := errno.Of(readError(badErr)); code != syscall.EBADF {
-						t.Fatalf("round %d: the faulting reader: %v, want EBADF", rounds, badErr)
+					// EBADF: a copy into it failed; EINVAL: it was empty
+					// when imported (the host stand-in refuses empty files).
+					if code, _ := errno.Of(readError(badErr)); code != syscall.EBADF && code != syscall.EINVAL {
+						t.Fatalf("round %d: the faulting reader: %v, want EBADF or EINVAL", rounds, badErr)
 					}
 					faults++
 				}

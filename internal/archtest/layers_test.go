@@ -1,0 +1,90 @@
+package archtest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// layers is every package of the module, lowest first; docs/architecture.md's
+// room table lists them in the same order. A package imports only packages
+// of lower layers (tests aside), so a room never reaches up into one that
+// uses it. A new package gets its row here, with the layer its imports allow.
+var layers = [][]string{
+	// Leaves: contracts and helpers that import nothing of the module.
+	{"abi", "rdmatoken", "internal/errno", "internal/faultproxy", "internal/testenv", "internal/archtest",
+		"cufile-preload", "client/python/gotest", "integration"},
+	// Clients of the ABI, the counters, and the memory rooms.
+	{"client/go/s3gds", "metrics", "cache", "cufile"},
+	// The S3 layer.
+	{"objstore", "bench/s3load"},
+	// The cores over it: the namespace and POSIX reads, the GPU engine, and
+	// the test decorator of the store.
+	{"vfs", "rdmaread", "internal/faultstore"},
+	// The loopback RDMA fabric, which plays a server to the engine.
+	{"rdmaread/loopback"},
+	// The FUSE adapter over the cores.
+	{"fs"},
+	// The wiring of one mount.
+	{"daemon"},
+	// What runs a mount: the command, the test mount, the benchmark.
+	{"cmd/s3gdsfs", "internal/mounttest", "bench"},
+}
+
+// TestEveryPackageImportsOnlyLowerLayers fails when a package of the
+// module is missing from layers or imports a package of its own layer or
+// one above it.
+func TestEveryPackageImportsOnlyLowerLayers(t *testing.T) {
+	root, module := moduleRoot(t)
+	layerOf := map[string]int{}
+	for i, l := range layers {
+		for _, p := range l {
+			if _, dup := layerOf[p]; dup {
+				t.Fatalf("%s is in two layers", p)
+			}
+			layerOf[p] = i
+		}
+	}
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := map[string]bool{}
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		rel, ok := strings.CutPrefix(p.ImportPath, module+"/")
+		if !ok {
+			continue // go-fuse under third_party is a module of its own
+		}
+		seen[rel] = true
+		mine, ok := layerOf[rel]
+		if !ok {
+			t.Errorf("%s is in no layer: add it to internal/archtest's layers and docs/architecture.md's room table", rel)
+			continue
+		}
+		for _, imp := range p.Imports {
+			dep, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			if l, known := layerOf[dep]; known && l >= mine {
+				t.Errorf("%s (layer %d) imports %s (layer %d): a package imports only lower layers", rel, mine, dep, l)
+			}
+		}
+	}
+	for p := range layerOf {
+		if !seen[p] {
+			t.Errorf("layers names %s, which is not a package of the module any more", p)
+		}
+	}
+}

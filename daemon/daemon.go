@@ -391,6 +391,8 @@ func explainCheck(err error, cfg Config) error {
 		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
 		return explainTLS(err, cfg)
+	case errors.Is(err, objstore.ErrNotS3):
+		return fmt.Errorf("endpoint %s (--endpoint) did not answer as S3 (is it the S3 API's address, not a web console's or a proxy's?): %v", ep, err)
 	}
 	var nerr net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout() && !strings.Contains(err.Error(), "dial")) {

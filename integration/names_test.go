@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -278,4 +281,67 @@ func openListed(t *testing.T, mp, dir, name string) (string, *os.File) {
 	}
 	t.Cleanup(func() { f.Close() })
 	return path, f
+}
+
+// Keys whose names are not valid UTF-8 (here files put straight into the
+// server's directory) cannot be asked for: the S3 client refuses such a key
+// in every request. A lookup of the name, or of a name under such a prefix,
+// is ENOENT, not EIO; ls of the directory shows the other names and does
+// not fail; the keys listed are skipped, counted and logged with a reason.
+func TestKeysNotUTF8AreNotServed(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutObject(t, "data", "ok.txt", []byte("fine"))
+	srv.PutObject(t, "data", "sub/inner", []byte("inner"))
+	bucketDir := filepath.Join(srv.Dir, "data")
+	if err := os.WriteFile(filepath.Join(bucketDir, "bad\xff.txt"), []byte("bad"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(bucketDir, "dir\xfe"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bucketDir, "dir\xfe", "inner"), []byte("inner"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+
+	// By name first, before any listing could answer for them.
+	for _, name := range []string{"bad\xff.txt", "dir\xfe", "dir\xfe/inner"} {
+		if _, err := os.Stat(filepath.Join(mp, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stat %q: %v, want ENOENT", name, err)
+		}
+	}
+	if _, err := os.ReadDir(filepath.Join(mp, "dir\xfe")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ls %q: %v, want ENOENT", "dir\xfe", err)
+	}
+
+	ents, err := os.ReadDir(mp)
+	if err != nil {
+		t.Fatalf("ls of the bucket: %v", err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"ok.txt", "sub"}) {
+		t.Fatalf("ls listed %q, want [ok.txt sub]", names)
+	}
+	if b, err := os.ReadFile(filepath.Join(mp, "ok.txt")); err != nil || string(b) != "fine" {
+		t.Fatalf("ok.txt: %q, %v", b, err)
+	}
+	// versitygw lists such a name with U+FFFD in place of the bytes (a
+	// server that URL-encodes its listings gives the bytes back, skipped as
+	// invalid_utf8: vfs's TestKeysNotUTF8AreSkipped).
+	skipped := metricAt(t, d, "skipped_keys_total", "replacement_char") + metricAt(t, d, "skipped_keys_total", "invalid_utf8")
+	if skipped != 2 {
+		t.Errorf("skipped keys {replacement_char, invalid_utf8} = %v, want 2", skipped)
+	}
+	for _, key := range []string{"bad", "dir"} {
+		if !strings.Contains(logs.String(), `msg="key not shown in the mount" bucket=data key="`+key) {
+			t.Errorf("no log line for the skipped key %s... in:\n%s", key, logs.String())
+		}
+	}
 }

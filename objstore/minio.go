@@ -1,9 +1,11 @@
 package objstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +15,20 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
+
+// ErrNotS3 means the endpoint answered a listing with a success status but
+// not with an S3 listing: a web page (a console, a login or error page of a
+// proxy), an S3 <Error> document sent with 200, or a body that is not XML.
+// The S3 client would read such a reply as an empty listing.
+var ErrNotS3 = errno.New(syscall.EIO, "the endpoint did not answer as S3")
 
 // Config says how to reach the object store.
 type Config struct {
@@ -113,7 +124,7 @@ func NewMinio(cfg Config) (*Minio, error) {
 	opts := minio.Options{
 		Creds:        creds,
 		Secure:       u.Scheme == "https",
-		Transport:    transport,
+		Transport:    listingCheck{transport},
 		Region:       cfg.Region,
 		BucketLookup: lookup,
 		MaxRetries:   retries,
@@ -178,6 +189,127 @@ func newTransport(cfg Config, secure bool) (*http.Transport, error) {
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return t, nil
+}
+
+// listingCheck is the S3 client's transport: it looks at the start of every
+// successful listing reply (ListObjectsV2, ListBuckets, the bucket location)
+// and fails the request with ErrNotS3 unless the reply's first XML element is
+// the one S3 sends. The client decodes XML into structs that do not name
+// their root element, so an HTML page or an <Error> document answered with
+// 200 would otherwise decode, silently, as a listing of nothing: an empty
+// bucket at start-up, an empty directory at run time.
+type listingCheck struct{ next http.RoundTripper }
+
+// listingPeek is how much of a listing reply is read to find its root
+// element: S3 sends it within the first few hundred bytes.
+const listingPeek = 4 << 10
+
+func (c listingCheck) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || resp.StatusCode/100 != 2 {
+		return resp, err // errors are the client's to decode
+	}
+	want := listingRoot(req)
+	if want == "" {
+		return resp, nil
+	}
+	head := make([]byte, listingPeek)
+	n, err := io.ReadFull(resp.Body, head)
+	head = head[:n]
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		resp.Body.Close()
+		return nil, err
+	}
+	whole := n < listingPeek
+	root, found, cut := xmlRoot(head)
+	if (found && root == want) || (cut && whole && n > 0) {
+		// An S3 listing; or a reply cut short before its first element,
+		// which the client's decoding fails on as the transport failure
+		// it is.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
+	return nil, notS3(resp, head, whole, root, found, want)
+}
+
+// listingRoot is the root element a reply to req must have, or "" for a
+// request whose reply is not checked.
+func listingRoot(req *http.Request) string {
+	if req.Method != http.MethodGet {
+		return ""
+	}
+	q := req.URL.Query()
+	switch {
+	case q.Has("list-type"):
+		return "ListBucketResult"
+	case q.Has("location"):
+		return "LocationConstraint"
+	case req.URL.RawQuery == "" && (req.URL.Path == "/" || req.URL.Path == ""):
+		return "ListAllMyBucketsResult"
+	}
+	return ""
+}
+
+// xmlRoot is the name of the first element of an XML document's start:
+// found is false when the start is not XML or holds no element, and cut
+// says the start ended inside XML markup before an element (a body cut
+// short, or the peek's end).
+func xmlRoot(head []byte) (name string, found, cut bool) {
+	d := xml.NewDecoder(bytes.NewReader(head))
+	for {
+		tok, err := d.Token()
+		var syntax *xml.SyntaxError
+		switch {
+		case err == io.EOF || (errors.As(err, &syntax) && syntax.Msg == "unexpected EOF"):
+			return "", false, true
+		case err != nil:
+			return "", false, false
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			return t.Name.Local, true, false
+		case xml.CharData:
+			if len(bytes.TrimSpace(t)) > 0 {
+				return "", false, false // text before any element
+			}
+		}
+	}
+}
+
+// notS3 says what came instead of an S3 listing.
+func notS3(resp *http.Response, head []byte, whole bool, root string, isXML bool, want string) error {
+	got := "a body that is not XML"
+	switch {
+	case len(bytes.TrimSpace(head)) == 0 && whole:
+		got = "an empty body"
+	case root == "Error":
+		var e struct{ Code, Message string }
+		xml.Unmarshal(head, &e) // best effort: the body may be longer than the peek
+		got = fmt.Sprintf("an S3 error document (%s: %s)", e.Code, e.Message)
+		head = nil // said
+	case isXML:
+		got = fmt.Sprintf("a <%s> document", root)
+	case !whole:
+		got = fmt.Sprintf("no XML element in its first %d bytes", listingPeek)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "none"
+	}
+	said := fmt.Sprintf("Content-Type %s, with %s", ct, got)
+	if len(head) > 0 {
+		said += fmt.Sprintf(", starting %q", head[:min(len(head), 40)])
+	}
+	// The S3 client replaces a request error whose text holds "EOF" with
+	// one of its own, losing ErrNotS3: leave out the server's words then.
+	if strings.Contains(said, "EOF") {
+		said = "with a body that is not an S3 listing"
+	}
+	return fmt.Errorf("%w: a listing request answered %s, %s, instead of a %s", ErrNotS3, resp.Status, said, want)
 }
 
 // ListBuckets implements Store.
@@ -384,6 +516,9 @@ func classify(err error, bucket, key string) error {
 		sentinel = ErrAccessDenied
 	}
 	if sentinel == nil {
+		if where == "" { // the bucket listing
+			return err
+		}
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	return fmt.Errorf("%s: %w (%s)", where, sentinel, describe(resp, err))

@@ -1,6 +1,9 @@
 package vfs
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Reasons a key is not shown, used as the skipped-keys metric label.
 const (
@@ -25,6 +28,13 @@ const maxNameLen = 255
 // a key that truly holds U+FFFD is hidden with them.
 const skipReplacement = "replacement_char"
 
+// skipInvalidUTF8 is a name that is not valid UTF-8: a server that
+// URL-encodes its listing's keys (encoding-type=url) hands back the bytes as
+// stored, but the S3 client refuses such a key in every request, so the
+// name would list and then fail every stat, open and listing with EIO. A
+// lookup of such a name is ENOENT without a request.
+const skipInvalidUTF8 = "invalid_utf8"
+
 // nameProblem returns why name cannot be a file name in the mount, or "".
 func nameProblem(name string) string {
 	switch {
@@ -36,6 +46,8 @@ func nameProblem(name string) string {
 		return skipTooLong
 	case strings.ContainsRune(name, 0) || strings.ContainsRune(name, '/'):
 		return skipBadByte
+	case !utf8.ValidString(name):
+		return skipInvalidUTF8
 	case strings.Contains(name, "\uFFFD"):
 		return skipReplacement
 	}

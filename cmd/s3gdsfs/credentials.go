@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"syscall"
@@ -19,17 +22,27 @@ import (
 //	aws_secret_access_key = ...
 //	aws_session_token = ...      (optional)
 //
-// The file must be a regular file owned by the caller (or root) that
-// neither group nor others may read or write, as ssh asks of its keys: a
-// key readable by others is refused rather than used. Only static keys are
-// read (no credential_process, no SSO), once, when the mount starts.
-// Errors name the option and the file; they never quote a key.
+// The file must be a regular file of at most maxCredentialsFile bytes owned
+// by the caller (or root) that neither group nor others may read or write,
+// as ssh asks of its keys: a key readable by others is refused rather than
+// used. Only static keys are read (no credential_process, no SSO), once,
+// when the mount starts. Errors name the option and the file; they never
+// quote a key.
 func credentialsFromFile(path, profile string) (*daemon.Credentials, error) {
 	bad := func(format string, a ...any) error {
 		return usagef("--credentials-file %s: %s", path, fmt.Sprintf(format, a...))
 	}
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer, for ever, with the mount saying nothing. The type is checked
+	// on the opened file, so a rename in between cannot swap it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			// What open(2) says of a socket.
+			if fi, serr := os.Stat(path); serr == nil && fi.Mode().Type() == fs.ModeSocket {
+				return nil, bad("not a regular file but a socket")
+			}
+		}
 		return nil, bad("%v", unwrapPathError(err))
 	}
 	defer f.Close()
@@ -38,7 +51,10 @@ func credentialsFromFile(path, profile string) (*daemon.Credentials, error) {
 		return nil, bad("%v", unwrapPathError(err))
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, bad("not a regular file")
+		return nil, bad("not a regular file but %s", fileKind(fi.Mode()))
+	}
+	if fi.Size() > maxCredentialsFile {
+		return nil, bad("%d bytes: a credentials file is at most %d", fi.Size(), maxCredentialsFile)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return nil, bad("mode %04o lets group or others at the keys; chmod 600 %s", perm, path)
@@ -48,7 +64,8 @@ func credentialsFromFile(path, profile string) (*daemon.Credentials, error) {
 			return nil, bad("owned by uid %d, not by the mounting user (uid %d) or root; chown it", st.Uid, euid)
 		}
 	}
-	keys, found, err := readProfile(f, profile)
+	// Bounded again as read: the file may grow after the fstat.
+	keys, found, err := readProfile(io.LimitReader(f, maxCredentialsFile+1), profile)
 	if err != nil {
 		return nil, bad("%v", err)
 	}
@@ -62,6 +79,27 @@ func credentialsFromFile(path, profile string) (*daemon.Credentials, error) {
 	return daemon.KeyCredentials(id, secret, keys["aws_session_token"]), nil
 }
 
+// maxCredentialsFile bounds --credentials-file: a file of a few profiles
+// is a few hundred bytes; anything near this is not a key file.
+const maxCredentialsFile = 1 << 20
+
+// fileKind names what a path that is not a regular file is.
+func fileKind(m fs.FileMode) string {
+	switch m.Type() {
+	case fs.ModeDir:
+		return "a directory"
+	case fs.ModeNamedPipe:
+		return "a FIFO (named pipe)"
+	case fs.ModeSocket:
+		return "a socket"
+	case fs.ModeDevice | fs.ModeCharDevice:
+		return "a character device"
+	case fs.ModeDevice:
+		return "a block device"
+	}
+	return fmt.Sprintf("of type %v", m.Type())
+}
+
 func unwrapPathError(err error) error {
 	if pe, ok := err.(*os.PathError); ok {
 		return pe.Err
@@ -72,10 +110,11 @@ func unwrapPathError(err error) error {
 // readProfile returns the keys of one [profile] section of an INI file:
 // "key = value" lines, '#' and ';' comments; "[profile NAME]" is also
 // read as NAME, as the AWS config file writes it.
-func readProfile(f *os.File, profile string) (map[string]string, bool, error) {
+func readProfile(r io.Reader, profile string) (map[string]string, bool, error) {
 	keys := map[string]string{}
 	found, in := false, false
-	sc := bufio.NewScanner(f)
+	read := &countingReader{r: r}
+	sc := bufio.NewScanner(read)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		switch {
@@ -102,5 +141,19 @@ func readProfile(f *os.File, profile string) (map[string]string, bool, error) {
 	if err := sc.Err(); err != nil {
 		return nil, false, err
 	}
+	if read.n > maxCredentialsFile {
+		return nil, false, fmt.Errorf("more than %d bytes: a credentials file is at most %d", maxCredentialsFile, maxCredentialsFile)
+	}
 	return keys, found, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -330,32 +331,36 @@ func TestCopiersSpreadOverStreams(t *testing.T) {
 	cs[3].Close()
 }
 
+// A stager is made only of a whole configuration: a field left 0 (the
+// GPU engine's configuration holds the defaults) or out of range is
+// refused, naming the field.
 func TestStagerConfig(t *testing.T) {
 	b, _ := standin(t)
-	st := newTestStager(t, b, StagerConfig{Slots: 2})
-	slot, _ := st.AcquireSlot(context.Background())
-	if len(slot.Buf) != DefaultSlotSize || len(st.(*stager).streams) != DefaultStreams {
-		t.Errorf("defaults: slot %d bytes, %d streams", len(slot.Buf), len(st.(*stager).streams))
-	}
-	releaseAll(st)
-	for _, cfg := range []StagerConfig{{SlotSize: -1}, {Slots: -1}, {Streams: -1}, {SlotSize: 1 << 62, Slots: 4}} {
-		if _, err := b.NewStager(0, cfg); err == nil {
-			t.Errorf("NewStager(%+v) succeeded", cfg)
+	for _, c := range []struct {
+		cfg  StagerConfig
+		want string
+	}{
+		{StagerConfig{Slots: 2, Streams: 1}, "SlotSize 0"},
+		{StagerConfig{SlotSize: -1, Slots: 2, Streams: 1}, "SlotSize -1"},
+		{StagerConfig{SlotSize: 64, Streams: 1}, "Slots 0"},
+		{StagerConfig{SlotSize: 64, Slots: 2}, "Streams 0"},
+		{StagerConfig{SlotSize: 1 << 62, Slots: 4, Streams: 1}, "Slots 4"},
+	} {
+		if _, err := b.NewStager(0, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewStager(%+v): %v, want an error naming %q", c.cfg, err, c.want)
 		}
 	}
 }
 
-// A copier with slots of its own fills only those, once their copies have
-// landed, however large the ring: its bytes keep landing in the same few
-// buffers. Without PerCopier the ring is a pool whose slot freed last is
-// taken first: a copier whose copies have landed before it asks again
-// (syncEach) refills the one slot it used, not the next of the ring.
-func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
+// The ring is a pool whose slot freed last is taken first: a copier whose
+// copies have landed before it asks again (syncEach) refills the one slot
+// it used, not the next of the ring.
+func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 	for _, tc := range []struct {
-		perCopier, wantMaxDistinct int
-		syncEach                   bool
-	}{{2, 2, false}, {3, 3, false}, {0, 1, true}} {
-		t.Run(fmt.Sprintf("per-copier=%d", tc.perCopier), func(t *testing.T) {
+		wantMaxDistinct int
+		syncEach        bool
+	}{{1, true}} {
+		t.Run("pool", func(t *testing.T) {
 			b, dir := standin(t)
 			b.copyDelay = 200 * time.Microsecond
 			const slotSize, chunks = 4096, 64
@@ -365,7 +370,7 @@ func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Close()
-			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2, PerCopier: tc.perCopier})
+			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2})
 			c, err := st.NewCopier()
 			if err != nil {
 				t.Fatal(err)
@@ -411,9 +416,9 @@ func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 	}
 }
 
-// Copiers with slots of their own share a small ring with copies lagging
-// behind: no slot is handed out twice and every byte lands.
-func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
+// Copiers share a small ring with copies lagging behind: no slot is handed
+// out twice and every byte lands.
+func TestCopiersShareASmallRing(t *testing.T) {
 	b, dir := standin(t)
 	b.copyDelay = 300 * time.Microsecond
 	const workers, chunks, slotSize = 6, 30, 4096
@@ -424,8 +429,8 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	// Fewer slots than workers times their share: copiers also wait on the ring.
-	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2, PerCopier: 2})
+	// About a slot per worker: copiers wait on the ring.
+	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2})
 	var holder [7]atomic.Int32
 	want := make([]byte, workers*region)
 	var wg sync.WaitGroup
@@ -454,45 +459,6 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 	}
 	if fileSum(t, path) != sha256.Sum256(want) {
 		t.Fatal("destination differs from what was copied")
-	}
-}
-
-// A copier whose caller gives up while it waits for its own oldest copy
-// gets an error and no slot, and that slot goes back to the ring.
-func TestCopierGivingUpWhileReusingKeepsNoSlot(t *testing.T) {
-	b, dir := standin(t)
-	b.copyDelay = 100 * time.Millisecond
-	standinFile(t, dir, "buf", 3*4096, 0)
-	a, err := b.Import(0, nameHandle("buf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	st := newTestStager(t, b, StagerConfig{SlotSize: 4096, Slots: 4, Streams: 1, PerCopier: 2})
-	c, err := st.NewCopier()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		slot, err := acquireWithin(c, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CopyAsync(slot, 4096, a, uint64(i*4096)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The third acquire waits for the first copy; the caller has already gone.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if slot, err := c.AcquireSlot(ctx); err == nil || slot != nil {
-		t.Fatalf("acquire of a caller that gave up: %v, %v; want no slot and an error", slot, err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if held, _ := st.Busy(); held != 0 {
-		t.Fatalf("%d slots held after the copier closed", held)
 	}
 }
 

@@ -38,8 +38,8 @@ func TestHelperFormAcceptsFstabOptionsAndNamesUnknownOnes(t *testing.T) {
 	if mf.bucket != "data/sub" || len(pos) != 1 || pos[0] != "/mnt/x" || mf.foreground || h.fake || h.sloppy {
 		t.Fatalf("bucket %q, positional %q, foreground %v, helper flags %+v", mf.bucket, pos, mf.foreground, h)
 	}
-	if mf.readTimeout != 7*time.Second || mf.endpoint != "http://127.0.0.1:1" {
-		t.Fatalf("options not applied: read_timeout %v, endpoint %q", mf.readTimeout, mf.endpoint)
+	if mf.Read.ReadTimeout != 7*time.Second || mf.S3.Endpoint != "http://127.0.0.1:1" {
+		t.Fatalf("options not applied: read_timeout %v, endpoint %q", mf.Read.ReadTimeout, mf.S3.Endpoint)
 	}
 	for _, c := range []struct {
 		args []string
@@ -59,8 +59,8 @@ func TestHelperFormAcceptsFstabOptionsAndNamesUnknownOnes(t *testing.T) {
 		{args: []string{"data", "/mnt/x", "-n", "-v", "-o", "rw"}, bucket: "data"},
 		{args: []string{"data", "/mnt/x", "-f", "-o", "rw", "-t", "fuse.s3gdsfs"}, bucket: "data", fake: true},
 		{args: []string{"data", "/mnt/x", "-s", "-o", "rw,colour=blue"}, bucket: "data"},
-		{args: []string{"data", "/mnt/x", "-o", "rw,colour=blue"}, want: "-o colour=blue: unknown option"},
-		{args: []string{"data", "/mnt/x", "-o", "setuid=nobody"}, want: "-o setuid=nobody: unknown option"},
+		{args: []string{"data", "/mnt/x", "-o", "rw,colour=blue"}, want: "-o colour: unknown option"},
+		{args: []string{"data", "/mnt/x", "-o", "setuid=nobody"}, want: "-o setuid: unknown option"},
 		{args: []string{"data", "/mnt/x", "-o", "region"}, want: "-o region: needs a value"},
 		{args: []string{"data", "/mnt/x", "-t", "nfs"}, want: "-t nfs"},
 		{args: []string{"data", "/mnt/x", "-t"}, want: "-t needs"},

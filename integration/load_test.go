@@ -104,7 +104,7 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 
 	const memoryLimit = 32 << 20
 	cfg := mounttest.Config(t, srv, "data", mp)
-	cfg.Splice = "" // the daemon's default
+	cfg.Splice = daemon.Default().Splice
 	cfg.Metrics.Addr = "127.0.0.1:0"
 	cfg.Core.MemoryLimit = memoryLimit
 	cfg.Core.CacheSize = 8 << 20

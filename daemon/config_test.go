@@ -26,7 +26,7 @@ func TestValidateNamesTheSettingByItsPath(t *testing.T) {
 		{func(c *Config) { c.Core.BlockSize = 100 }, "Core.BlockSize 100: "},
 		{func(c *Config) { c.GPU.Staging.Slots = 0 }, "GPU.Staging.Slots 0: "},
 		{func(c *Config) { c.GPU.Streams = 0 }, "GPU.Streams 0: "},
-		{func(c *Config) { c.FS.PollRequests = time.Second }, "FS.PollRequests 1s: "},
+		{func(c *Config) { c.FS.PollRequests = -time.Second }, "FS.PollRequests -1s: "},
 		{func(c *Config) { c.GPU.Mode, c.GPU.RDMA = "off", "loopback" }, "GPU.RDMA loopback: needs GPU reads"},
 		{func(c *Config) { c.Splice = "" }, `Splice "": `},
 		{func(c *Config) { c.S3.Endpoint = "" }, "S3.Endpoint"},

@@ -118,6 +118,9 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if strings.Contains(prefix, "//") {
 		return daemon.Config{}, usagef("--bucket %q: the prefix has an empty segment", mf.bucket)
 	}
+	if p := mf.FS.PollRequests; p > daemon.MaxPollRequests {
+		return daemon.Config{}, usagef("--fuse-poll %s: from 0 (none) to %s", formatDuration(p), formatDuration(daemon.MaxPollRequests))
+	}
 	cfg := mf.Config
 	cfg.Mountpoint = mountpoint
 	cfg.Core.Bucket, cfg.Core.Prefix = bucket, prefix

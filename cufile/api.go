@@ -3,6 +3,9 @@ package cufile
 import (
 	"context"
 	"errors"
+	"math"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 )
 
 // Handle is the 64-byte CUDA IPC memory handle (cuIpcMemHandle) of a device
@@ -54,28 +57,28 @@ type Allocation interface {
 	Close() error
 }
 
-// StagerConfig sizes a stager; zero fields take the defaults below.
+// StagerConfig sizes a stager. Every field must be set: the GPU engine's
+// configuration holds the defaults (rdmaread.DefaultConfig).
 type StagerConfig struct {
 	SlotSize int // bytes per pinned slot
 	Slots    int // slots in the ring
 	Streams  int // copy streams
-	// PerCopier, when set, is how many slots one copier cycles through:
-	// it takes back its own slots as their copies complete instead of
-	// taking the ring's coldest, and waits for its oldest copy once it
-	// holds this many.
-	PerCopier int
 }
 
-// Defaults of a stager made without them (the GPU engine sets its own):
-// slots of a few MiB are large enough for each copy to run at the
-// host-to-device link's rate, which no run here has measured on its own
-// (docs/benchmarks.md, "What was not measured"); 8 slots let fills run
-// well ahead of copies.
-const (
-	DefaultSlotSize = 16 << 20
-	DefaultSlots    = 8
-	DefaultStreams  = 4
-)
+// Validate refuses a size the ring cannot have, naming the field.
+func (c StagerConfig) Validate() error {
+	switch {
+	case c.SlotSize < 1:
+		return setting.Refuse("SlotSize", c.SlotSize, "at least 1 byte")
+	case c.Slots < 1:
+		return setting.Refuse("Slots", c.Slots, "at least 1")
+	case c.Streams < 1:
+		return setting.Refuse("Streams", c.Streams, "at least 1")
+	case c.SlotSize > math.MaxInt/c.Slots:
+		return setting.Refuse("Slots", c.Slots, "slots of %d bytes overflow", c.SlotSize)
+	}
+	return nil
+}
 
 // Slot is one pinned host buffer of a stager's ring. Buf is valid from
 // AcquireSlot until the slot is handed to CopyAsync or ReleaseSlot.

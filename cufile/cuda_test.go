@@ -434,9 +434,8 @@ func BenchmarkCUDAStagerCopy(bm *testing.B) {
 }
 
 // BenchmarkCUDACopyCost measures the daemon's side of the copy path: one
-// copier per goroutine, 8 streams, 1 GiB of pinned slots, in the pool
-// (ring=pool, the engine's default) or with two slots per copier
-// (ring=per-get), with slots of 1 and 4 MiB and fences that spin or sleep
+// copier per goroutine, 8 streams, 1 GiB of pinned slots in one pool, with
+// slots of 1 and 4 MiB and fences that spin or sleep
 // while waited for. Slots are not filled, so the copies are the bottleneck
 // and acquires wait: cpu-ns/slot is the process's CPU per slot (driver
 // calls, stager and waiting), call-ns/slot the time inside CopyAsync,
@@ -448,21 +447,16 @@ func BenchmarkCUDACopyCost(bm *testing.B) {
 		name  string
 		flags uint32
 	}{{"spin", cuEventDisableTiming}, {"block", cuEventDisableTiming | cuEventBlockingSync}} {
-		for _, ring := range []struct {
-			name      string
-			perCopier int
-		}{{"pool", 0}, {"per-get", 2}} {
-			for _, slotSize := range []int{1 << 20, 4 << 20} {
-				for _, workers := range []int{1, 8, 64} {
-					name := fmt.Sprintf("wait=%s/ring=%s/slot=%dMiB/workers=%d", wait.name, ring.name, slotSize>>20, workers)
-					bm.Run(name, func(bm *testing.B) {
-						saved := fenceFlags
-						fenceFlags = wait.flags // read when the stager makes its fences
-						defer func() { fenceFlags = saved }()
-						cfg := StagerConfig{SlotSize: slotSize, Slots: (1 << 30) / slotSize, Streams: 8, PerCopier: ring.perCopier}
-						copyCost(bm, b, cfg, workers, perWorker)
-					})
-				}
+		for _, slotSize := range []int{1 << 20, 4 << 20} {
+			for _, workers := range []int{1, 8, 64} {
+				name := fmt.Sprintf("wait=%s/slot=%dMiB/workers=%d", wait.name, slotSize>>20, workers)
+				bm.Run(name, func(bm *testing.B) {
+					saved := fenceFlags
+					fenceFlags = wait.flags // read when the stager makes its fences
+					defer func() { fenceFlags = saved }()
+					cfg := StagerConfig{SlotSize: slotSize, Slots: (1 << 30) / slotSize, Streams: 8}
+					copyCost(bm, b, cfg, workers, perWorker)
+				})
 			}
 		}
 	}

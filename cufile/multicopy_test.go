@@ -14,7 +14,7 @@ import (
 // sees the bytes the copies before it landed.
 func TestCopyAsyncManyAndDeviceCopy(t *testing.T) {
 	b, dir := standin(t)
-	st := newTestStager(t, b, StagerConfig{SlotSize: 1 << 10, Slots: 2, Streams: 1, PerCopier: 2})
+	st := newTestStager(t, b, StagerConfig{SlotSize: 1 << 10, Slots: 2, Streams: 1})
 	var allocs []Allocation
 	for _, name := range []string{"a", "b", "c", "small"} {
 		size := 4 << 10

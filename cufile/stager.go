@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,29 +93,12 @@ type stager struct {
 	closed    bool
 }
 
-func (c StagerConfig) withDefaults() (StagerConfig, error) {
-	if c.SlotSize == 0 {
-		c.SlotSize = DefaultSlotSize
-	}
-	if c.Slots == 0 {
-		c.Slots = DefaultSlots
-	}
-	if c.Streams == 0 {
-		c.Streams = DefaultStreams
-	}
-	if c.SlotSize < 0 || c.Slots < 0 || c.Streams < 0 || c.SlotSize > math.MaxInt/c.Slots {
-		return c, fmt.Errorf("cufile: bad stager config %+v", c)
-	}
-	return c, nil
-}
-
 func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cufile: stager: %w", err)
 	}
 	s := &stager{dev: dev, cfg: cfg, changed: make(chan struct{})}
-	err = dev.run(func() error {
+	err := dev.run(func() error {
 		// The first chunk now, so that a ring that cannot be pinned at all
 		// fails here, where the caller asked for it.
 		host, fences, err := s.pin(s.chunkSlots())
@@ -421,23 +403,6 @@ func (s *stager) reclaim(streams ...*copyStream) {
 	}
 }
 
-// takeCompletedLocked removes slot, whose copy has completed, from its
-// stream's queue; the copies queued before it on that stream have completed
-// too (a stream runs in order) and go back to the ring.
-func (s *stager) takeCompletedLocked(st *copyStream, slot *Slot) {
-	for i, q := range st.copying {
-		if q == slot {
-			for _, earlier := range st.copying[:i] {
-				s.freeLocked(earlier)
-			}
-			st.copying = st.copying[i+1:]
-			slot.copier = nil
-			s.notifyLocked()
-			return
-		}
-	}
-}
-
 // noteErr keeps err, a failure the device reported while its copies were
 // waited for or reclaimed, for c's next Sync; nil c (a slot no copier
 // enqueued) drops it.
@@ -591,11 +556,6 @@ type copier struct {
 	stream *copyStream
 	waited atomic.Int64
 	closed bool
-	// mine holds the slots this copier enqueued, oldest first. It takes
-	// them back once their copies complete, so that its fills land in
-	// memory still in the CPU's cache rather than in the coldest slot of
-	// the ring.
-	mine []*Slot
 	// last and lastSeq are the slot this copier enqueued last and its
 	// enqueue order: on a stream shared with other copiers, waiting for it
 	// waits for every copy of this copier and none queued after it.
@@ -616,75 +576,9 @@ func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	if slot, err := c.reuse(ctx); slot != nil || err != nil {
-		return slot, err
-	}
-	var own *copyStream
-	if c.s.cfg.PerCopier <= 0 {
-		own = c.stream // a shared pool: keep its top hot
-	}
-	return c.s.acquire(ctx, &c.waited, own)
-}
-
-// reuse takes back this copier's oldest slot once its copy is complete,
-// waiting for it when the copier already holds its share of the ring
-// (StagerConfig.PerCopier). It returns nil when a slot should come from
-// the ring instead.
-func (c *copier) reuse(ctx context.Context) (*Slot, error) {
-	s := c.s
-	depth := s.cfg.PerCopier
-	if depth <= 0 {
-		return nil, nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(c.mine) > 0 {
-		slot := c.mine[0]
-		if slot.copier != c || slot.state != slotCopying {
-			// Reclaimed into the ring by another acquirer meanwhile.
-			c.mine = c.mine[1:]
-			continue
-		}
-		// Ask or wait outside the lock: other copiers go on meanwhile.
-		wait, seq := len(c.mine) >= depth, slot.seq
-		s.mu.Unlock()
-		start := time.Now()
-		var done bool
-		err := s.dev.run(func() error {
-			if wait {
-				return s.dev.waitFence(slot.fence)
-			}
-			var qerr error
-			done, qerr = s.dev.fenceDone(slot.fence)
-			return qerr
-		})
-		if wait {
-			addSince(&c.waited, start)
-			done = err == nil
-		}
-		s.mu.Lock()
-		if slot.copier != c || slot.state != slotCopying || slot.seq != seq {
-			continue // reclaimed by the ring meanwhile: look again
-		}
-		if err != nil {
-			// Leave it to the ring's reclaim, which reports the failure.
-			return nil, nil
-		}
-		if !done {
-			return nil, nil
-		}
-		c.mine = c.mine[1:]
-		s.takeCompletedLocked(c.stream, slot)
-		if err := ctx.Err(); err != nil {
-			// The caller gave up while it waited: the slot goes back to
-			// the ring, not to a caller that will not fill it.
-			s.freeLocked(slot)
-			return nil, err
-		}
-		slot.state = slotHeld
-		return slot, nil
-	}
-	return nil, nil
+	// One pool for every copier: take back this stream's landed copies
+	// first, so that the slot on top is one still in the CPU's cache.
+	return c.s.acquire(ctx, &c.waited, c.stream)
 }
 
 func (c *copier) ReleaseSlot(slot *Slot) { c.s.release(slot) }
@@ -746,9 +640,6 @@ func (c *copier) copyingLocked(slot *Slot) {
 	slot.state = slotCopying
 	slot.copier = c
 	c.stream.copying = append(c.stream.copying, slot)
-	if s.cfg.PerCopier > 0 {
-		c.mine = append(c.mine, slot)
-	}
 	c.last, c.lastSeq, c.unfenced = slot, slot.seq, false
 	s.notifyLocked()
 }
@@ -898,7 +789,7 @@ func (c *copier) sync() error {
 }
 
 // syncTarget says what sync waits for. A stream of the copier's own (one
-// copier per stream, or slots of its own) is synchronised whole. On a stream
+// copier per stream) is synchronised whole. On a stream
 // shared by a pool's copiers, the copier's last slot's fence is enough (a
 // stream runs in order) and waits for no other copier's copies queued
 // behind it; no fence (0, false) means that slot is already back, its copy
@@ -907,7 +798,7 @@ func (c *copier) syncTarget() (fence uintptr, whole bool) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cfg.PerCopier > 0 || c.unfenced || c.stream.users <= 1 {
+	if c.unfenced || c.stream.users <= 1 {
 		return 0, true
 	}
 	if c.last == nil {
@@ -929,17 +820,6 @@ func (c *copier) Close() error {
 	c.closed = true
 	s := c.s
 	s.mu.Lock()
-	if err == nil {
-		// The stream is idle: this copier's slots go back to the ring
-		// now, on top of its free list, for the next request to reuse.
-		for _, slot := range c.mine {
-			if slot.copier == c && slot.state == slotCopying {
-				s.takeCompletedLocked(c.stream, slot)
-				s.freeLocked(slot)
-			}
-		}
-	}
-	c.mine = nil
 	c.stream.users--
 	s.copiers--
 	s.notifyLocked()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -330,32 +331,36 @@ func TestCopiersSpreadOverStreams(t *testing.T) {
 	cs[3].Close()
 }
 
+// A stager is made only of a whole configuration: a field left 0 (the
+// GPU engine's configuration holds the defaults) or out of range is
+// refused, naming the field.
 func TestStagerConfig(t *testing.T) {
 	b, _ := standin(t)
-	st := newTestStager(t, b, StagerConfig{Slots: 2})
-	slot, _ := st.AcquireSlot(context.Background())
-	if len(slot.Buf) != DefaultSlotSize || len(st.(*stager).streams) != DefaultStreams {
-		t.Errorf("defaults: slot %d bytes, %d streams", len(slot.Buf), len(st.(*stager).streams))
-	}
-	releaseAll(st)
-	for _, cfg := range []StagerConfig{{SlotSize: -1}, {Slots: -1}, {Streams: -1}, {SlotSize: 1 << 62, Slots: 4}} {
-		if _, err := b.NewStager(0, cfg); err == nil {
-			t.Errorf("NewStager(%+v) succeeded", cfg)
+	for _, c := range []struct {
+		cfg  StagerConfig
+		want string
+	}{
+		{StagerConfig{Slots: 2, Streams: 1}, "SlotSize 0"},
+		{StagerConfig{SlotSize: -1, Slots: 2, Streams: 1}, "SlotSize -1"},
+		{StagerConfig{SlotSize: 64, Streams: 1}, "Slots 0"},
+		{StagerConfig{SlotSize: 64, Slots: 2}, "Streams 0"},
+		{StagerConfig{SlotSize: 1 << 62, Slots: 4, Streams: 1}, "Slots 4"},
+	} {
+		if _, err := b.NewStager(0, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewStager(%+v): %v, want an error naming %q", c.cfg, err, c.want)
 		}
 	}
 }
 
-// A copier with slots of its own fills only those, once their copies have
-// landed, however large the ring: its bytes keep landing in the same few
-// buffers. Without PerCopier the ring is a pool whose slot freed last is
-// taken first: a copier whose copies have landed before it asks again
-// (syncEach) refills the one slot it used, not the next of the ring.
-func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
+// The ring is a pool whose slot freed last is taken first: a copier whose
+// copies have landed before it asks again (syncEach) refills the one slot
+// it used, not the next of the ring.
+func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 	for _, tc := range []struct {
-		perCopier, wantMaxDistinct int
-		syncEach                   bool
-	}{{2, 2, false}, {3, 3, false}, {0, 1, true}} {
-		t.Run(fmt.Sprintf("per-copier=%d", tc.perCopier), func(t *testing.T) {
+		wantMaxDistinct int
+		syncEach        bool
+	}{{1, true}} {
+		t.Run("pool", func(t *testing.T) {
 			b, dir := standin(t)
 			b.copyDelay = 200 * time.Microsecond
 			const slotSize, chunks = 4096, 64
@@ -365,7 +370,7 @@ func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Close()
-			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2, PerCopier: tc.perCopier})
+			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2})
 			c, err := st.NewCopier()
 			if err != nil {
 				t.Fatal(err)
@@ -411,9 +416,9 @@ func TestCopierCyclesThroughItsOwnSlots(t *testing.T) {
 	}
 }
 
-// Copiers with slots of their own share a small ring with copies lagging
-// behind: no slot is handed out twice and every byte lands.
-func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
+// Copiers share a small ring with copies lagging behind: no slot is handed
+// out twice and every byte lands.
+func TestCopiersShareASmallRing(t *testing.T) {
 	b, dir := standin(t)
 	b.copyDelay = 300 * time.Microsecond
 	const workers, chunks, slotSize = 6, 30, 4096
@@ -424,8 +429,8 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	// Fewer slots than workers times their share: copiers also wait on the ring.
-	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2, PerCopier: 2})
+	// About a slot per worker: copiers wait on the ring.
+	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2})
 	var holder [7]atomic.Int32
 	want := make([]byte, workers*region)
 	var wg sync.WaitGroup
@@ -454,45 +459,6 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 	}
 	if fileSum(t, path) != sha256.Sum256(want) {
 		t.Fatal("destination differs from what was copied")
-	}
-}
-
-// A copier whose caller gives up while it waits for its own oldest copy
-// gets an error and no slot, and that slot goes back to the ring.
-func TestCopierGivingUpWhileReusingKeepsNoSlot(t *testing.T) {
-	b, dir := standin(t)
-	b.copyDelay = 100 * time.Millisecond
-	standinFile(t, dir, "buf", 3*4096, 0)
-	a, err := b.Import(0, nameHandle("buf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	st := newTestStager(t, b, StagerConfig{SlotSize: 4096, Slots: 4, Streams: 1, PerCopier: 2})
-	c, err := st.NewCopier()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		slot, err := acquireWithin(c, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CopyAsync(slot, 4096, a, uint64(i*4096)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The third acquire waits for the first copy; the caller has already gone.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if slot, err := c.AcquireSlot(ctx); err == nil || slot != nil {
-		t.Fatalf("acquire of a caller that gave up: %v, %v; want no slot and an error", slot, err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if held, _ := st.Busy(); held != 0 {
-		t.Fatalf("%d slots held after the copier closed", held)
 	}
 }
 
@@ -686,76 +652,71 @@ func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
 // Copies into a buffer truncated under its mapping fail, and only the
 // copier that made them hears of it: another request's copier on the same
 // stream syncs clean with its bytes right, however the two interleave
-// (one stream shared through the pool, or copiers cycling slots of their
-// own, whose Sync drains the whole stream).
+// (one stream shared through the pool).
 func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
-	for _, perCopier := range []int{0, 2} {
-		t.Run(fmt.Sprintf("PerCopier=%d", perCopier), func(t *testing.T) {
-			b, dir := standin(t)
-			const slotSize, rounds = 4096, 40
-			goodPath := standinFile(t, dir, "good", 4*slotSize, 0)
-			badPath := standinFile(t, dir, "bad", 4*slotSize, 0)
-			good, err := b.Import(0, nameHandle("good"))
+	b, dir := standin(t)
+	const slotSize, rounds = 4096, 40
+	goodPath := standinFile(t, dir, "good", 4*slotSize, 0)
+	badPath := standinFile(t, dir, "bad", 4*slotSize, 0)
+	good, err := b.Import(0, nameHandle("good"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	bad, err := b.Import(0, nameHandle("bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := os.Truncate(badPath, 0); err != nil {
+		t.Fatal(err)
+	}
+	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 4, Streams: 1})
+	for round := range rounds {
+		cg, err := st.NewCopier()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb, err := st.NewCopier()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := pattern(slotSize, uint64(round))
+		send := func(c Copier, dst Allocation, off uint64, p []byte) {
+			t.Helper()
+			slot, err := c.AcquireSlot(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer good.Close()
-			bad, err := b.Import(0, nameHandle("bad"))
-			if err != nil {
+			copy(slot.Buf, p)
+			if err := c.CopyAsync(slot, len(p), dst, off); err != nil {
 				t.Fatal(err)
 			}
-			defer bad.Close()
-			if err := os.Truncate(badPath, 0); err != nil {
-				t.Fatal(err)
-			}
-			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 4, Streams: 1, PerCopier: perCopier})
-			for round := range rounds {
-				cg, err := st.NewCopier()
-				if err != nil {
-					t.Fatal(err)
-				}
-				cb, err := st.NewCopier()
-				if err != nil {
-					t.Fatal(err)
-				}
-				data := pattern(slotSize, uint64(round))
-				send := func(c Copier, dst Allocation, off uint64, p []byte) {
-					t.Helper()
-					slot, err := c.AcquireSlot(context.Background())
-					if err != nil {
-						t.Fatal(err)
-					}
-					copy(slot.Buf, p)
-					if err := c.CopyAsync(slot, len(p), dst, off); err != nil {
-						t.Fatal(err)
-					}
-				}
-				// The faulting copy first, so that it has failed by the
-				// time the healthy copier syncs.
-				send(cb, bad, 0, data)
-				send(cb, bad, slotSize, data)
-				send(cg, good, uint64(round%4)*slotSize, data)
-				if err := cg.Sync(); err != nil {
-					t.Fatalf("round %d: the healthy copier's Sync = %v", round, err)
-				}
-				if err := cb.Close(); !errors.Is(err, ErrBadHandle) {
-					t.Fatalf("round %d: the faulting copier's Close = %v, want ErrBadHandle", round, err)
-				}
-				if err := cg.Close(); err != nil {
-					t.Fatalf("round %d: the healthy copier's Close = %v", round, err)
-				}
-				got, err := os.ReadFile(goodPath)
-				if err != nil {
-					t.Fatal(err)
-				}
-				off := (round % 4) * slotSize
-				if sha256.Sum256(got[off:off+slotSize]) != sha256.Sum256(data) {
-					t.Fatalf("round %d: the healthy copier's bytes differ", round)
-				}
-			}
-			if h, cp := st.Busy(); h != 0 || cp != 0 {
-				t.Errorf("slots out of the ring: held %d copying %d", h, cp)
-			}
-		})
+		}
+		// The faulting copy first, so that it has failed by the
+		// time the healthy copier syncs.
+		send(cb, bad, 0, data)
+		send(cb, bad, slotSize, data)
+		send(cg, good, uint64(round%4)*slotSize, data)
+		if err := cg.Sync(); err != nil {
+			t.Fatalf("round %d: the healthy copier's Sync = %v", round, err)
+		}
+		if err := cb.Close(); !errors.Is(err, ErrBadHandle) {
+			t.Fatalf("round %d: the faulting copier's Close = %v, want ErrBadHandle", round, err)
+		}
+		if err := cg.Close(); err != nil {
+			t.Fatalf("round %d: the healthy copier's Close = %v", round, err)
+		}
+		got, err := os.ReadFile(goodPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := (round % 4) * slotSize
+		if sha256.Sum256(got[off:off+slotSize]) != sha256.Sum256(data) {
+			t.Fatalf("round %d: the healthy copier's bytes differ", round)
+		}
+	}
+	if h, cp := st.Busy(); h != 0 || cp != 0 {
+		t.Errorf("slots out of the ring: held %d copying %d", h, cp)
 	}
 }

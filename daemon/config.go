@@ -3,87 +3,69 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"time"
-
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
-// Config is everything a mount needs, in the daemon's own terms: the
-// command and the tests set it without knowing the rooms it is handed to
-// (the S3 client, the FUSE adapter, the GPU engine); only the core's
-// settings are the core's own (vfs.Config).
+// Config is everything a mount needs: one tree, each part the type of the
+// package it is handed to (the S3 client's, the core's, the FUSE
+// adapter's, the GPU engine's), declared there and nowhere else. Default
+// holds every default and Validate every check; the packages below take
+// their part as it is, a zero field being the value zero, not a default.
+// A refused value is a *setting.Error naming the field by its path in
+// this tree (GPU.Staging.Slots), which the command turns into its flag.
 type Config struct {
 	Mountpoint string
-	S3         S3Config
-	Core       vfs.Config
-	FS         FSConfig
-	// Splice is --splice: "auto" (or "") splices whole-object streams to
-	// direct-I/O readers where it can (streams on, an http endpoint, pipes
-	// that hold a reply), "always" fails the mount where it cannot, "never".
-	// It sets Core.Splice.
+	// S3 is how the store is reached. Its ResponseTimeout is Read's
+	// ReadTimeout and its RawReceiveBuffer follows FS.PollRequests: the
+	// daemon sets both.
+	S3 S3Config
+	// Read bounds every GET of object bytes, POSIX and GPU reads alike;
+	// its ReadTimeout also bounds the wait for a reply's headers.
+	Read ReadConfig
+	// Core is the filesystem core's: names, caching, prefetching. Its
+	// ReadLimits are Read, which the daemon sets; its Splice and
+	// SpliceAhead the daemon decides from Splice.
+	Core vfs.Config
+	// FS is the FUSE adapter's: owner, modes, polling for requests.
+	FS  FSConfig
+	GPU GPUConfig
+	// Splice: "auto" splices whole-object streams to direct-I/O readers
+	// where it can (streams on, an http endpoint, pipes that hold a
+	// reply), "always" fails the mount where it cannot, "never".
 	Splice string
 	// ReadAhead is the kernel's readahead for the mount (0 leaves the
 	// kernel's 128 KiB).
 	ReadAhead int64
-	// MetricsAddr is where /metrics listens; "" turns it off.
-	MetricsAddr string
+	Metrics   MetricsConfig
 	// CheckTimeout bounds the start-up check of endpoint, bucket and
 	// credentials; 0 is one dial and one wait for a reply's headers,
-	// S3.ConnectTimeout + S3.ResponseTimeout (--connect-timeout +
-	// --read-timeout), which a failure names.
+	// S3.ConnectTimeout + Read.ReadTimeout, which a failure names.
 	CheckTimeout time.Duration
-	GPU          GPUConfig
 	// WrapStore, when set, decorates the S3 client (tests inject faults).
 	WrapStore func(objstore.Store) objstore.Store
 	Log       *slog.Logger
 }
 
-// S3Config is how the daemon reaches the store.
-type S3Config struct {
-	Endpoint string // URL: http(s)://host[:port]
-	Region   string
-	// CABundle is a PEM file of extra CAs trusted beside the system store.
-	CABundle string
-	// VirtualHost selects virtual-hosted addressing (bucket.host) instead
-	// of path-style.
-	VirtualHost bool
-	// Credentials; nil means the standard chain (AWS_ACCESS_KEY_ID and
-	// AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, instance metadata).
-	Credentials *credentials.Credentials
-	// ConnectTimeout bounds dialing; ResponseTimeout bounds waiting for a
-	// reply's headers.
-	ConnectTimeout  time.Duration
-	ResponseTimeout time.Duration
-}
+// S3Config is the S3 client's configuration (objstore.Config).
+type S3Config = objstore.Config
 
-// FSConfig is what the mount shows and how the kernel is served.
-type FSConfig struct {
-	UID, GID   uint32
-	FileMode   uint32 // permission bits of files, e.g. 0444
-	DirMode    uint32 // permission bits of directories, e.g. 0555
-	AllowOther bool   // let users other than the mounting one in (docs/operations.md)
-	FsName     string // shown in /proc/mounts
-	Debug      bool   // log every FUSE request
-	// DirectIO and DirectIOMinSize are --direct-io and
-	// --direct-io-min-size: which opens bypass the page cache, the core's
-	// choice at each open (they set Core.DirectIO and Core.DirectIOMinSize).
-	DirectIO        vfs.DirectIO
-	DirectIOMinSize int64
-	// PollRequests is --fuse-poll: how long a thread that has just
-	// replied polls /dev/fuse for the next request before it sleeps
-	// (others a twentieth of it; 0: they sleep at once). A mount that
-	// polls also splices a spliced reader's next reply ahead.
-	PollRequests time.Duration
-}
+// ReadConfig bounds every GET (objstore.ReadLimits).
+type ReadConfig = objstore.ReadLimits
 
-// GPUConfig selects the CUDA layer behind GPU reads and sizes the engine.
-// A zero number is the engine's default (the Default constants below).
+// FSConfig is the FUSE adapter's (fs.Options).
+type FSConfig = s3fs.Options
+
+// GPUConfig selects the CUDA layer behind GPU reads and holds the engine's
+// own configuration (rdmaread.Config, whose ReadLimits are Config.Read).
 type GPUConfig struct {
 	// Mode is "auto" (the CUDA driver if it loads; GPU reads answer ENODEV
 	// otherwise), "off", or "host-standin": host memory files under
@@ -91,64 +73,148 @@ type GPUConfig struct {
 	// machines without a GPU and is never chosen by default.
 	Mode       string
 	StandinDir string
+	// StandinAllowOther accepts the host stand-in on a mount every user may
+	// use (FS.AllowOther): each of them may then have the daemon write
+	// files of their own under StandinDir.
+	StandinAllowOther bool
 	// RDMA is "off", "loopback" (an in-process emulation of RDMA writes,
 	// reported as fabric "loopback", for tests and the demo) or
 	// "libs3rdma" (tokens minted by the library at RDMALibrary).
 	RDMA           string
 	RDMALibrary    string
 	DeclineIsError bool
-	// Share turns on single flight: GPU reads over HTTP of the same object
-	// version into the same device share their GETs while their ranges
-	// overlap.
-	Share bool
-	// ClientGets reads GPU reads' GET bodies through the HTTP client even
-	// where the endpoint is plain HTTP. Off (the default), they are read
-	// on connections of their own, many bytes per wake-up
-	// (rdmaread.Config.ClientGets).
-	ClientGets bool
-
-	// Streams is the most ranged GETs one GPU read runs at once;
-	// TargetStreams the GETs in flight all GPU reads aim for together.
-	Streams, TargetStreams int
-	// MaxOps and MaxBytes bound the server operations of GPU reads in
-	// flight, and their bytes, across all callers.
-	MaxOps   int
-	MaxBytes int64
-	// PartSize, when set, is the largest range of one GET (0: parts sized
-	// by load); RDMAChunk the largest single RDMA transfer.
-	PartSize, RDMAChunk int64
-	// ReadTimeout and Retries are those of the engine's GETs (Retries
-	// below 0: none).
-	ReadTimeout time.Duration
-	Retries     int
-	// SlotSize and Slots size each device's pinned staging ring;
-	// PerCopier is how many slots of its own each GET cycles through (0:
-	// none, one pool shared by every GET, the slot freed last taken
-	// first); CopyStreams is how many device streams their copies go on.
-	SlotSize, Slots, PerCopier, CopyStreams int
+	rdmaread.Config
 }
 
-// The GPU engine's defaults, for the mount's option table.
-const (
-	DefaultGPUStreams       = rdmaread.DefaultStreams
-	DefaultGPUTargetStreams = rdmaread.DefaultTargetStreams
-	DefaultGPUMaxOps        = rdmaread.DefaultMaxOps
-	DefaultGPUMaxBytes      = rdmaread.DefaultMaxBytes
-	DefaultRDMAChunk        = rdmaread.DefaultRDMAChunk
-	DefaultStagingSlotSize  = rdmaread.DefaultSlotSize
-	DefaultStagingSlots     = rdmaread.DefaultSlots
-	DefaultStagingPerCopier = rdmaread.DefaultPerCopier
-	DefaultStagingStreams   = rdmaread.DefaultCopiers
-)
-
-// DefaultReadAhead: with 1 MiB of kernel readahead, a sequential reader's
-// requests reach the daemon 1 MiB at a time, the largest reply FUSE
-// carries; more readahead read no faster (docs/benchmarks.md, "Tried and
-// not kept").
-const DefaultReadAhead = 1 << 20
+// MetricsConfig is the HTTP listener of /metrics.
+type MetricsConfig struct {
+	// Addr is where /metrics listens; "" turns the listener off.
+	Addr string
+	// Pprof also serves /debug/pprof on it: profiles and traces of the
+	// daemon to anyone who can connect, so off unless asked for.
+	Pprof bool
+}
 
 // DefaultMetricsAddr is loopback only: counters name buckets and keys.
 const DefaultMetricsAddr = "127.0.0.1:9737"
+
+// MaxPollRequests bounds what a mount may ask of FS.PollRequests: what a
+// thread may spin for nothing. The command holds its flag to it; the daemon
+// takes more (tests poll longer to catch every request).
+const MaxPollRequests = 10 * time.Millisecond
+
+// Default is a mount's configuration where nothing is set: every default,
+// once. The mount point, the endpoint and the bucket are the caller's.
+func Default() Config {
+	return Config{
+		S3: S3Config{
+			Region:         "us-east-1",
+			ConnectTimeout: objstore.DefaultConnectTimeout,
+		},
+		Read: objstore.DefaultReadLimits(),
+		Core: vfs.DefaultConfig(),
+		FS: FSConfig{
+			UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
+			FileMode: 0o444, DirMode: 0o555,
+			PollRequests: defaultPollRequests(),
+		},
+		GPU: GPUConfig{
+			Mode:       "auto",
+			StandinDir: cufile.DefaultStandinDir,
+			RDMA:       "off",
+			Config:     rdmaread.DefaultConfig(),
+		},
+		Splice: "auto",
+		// With 1 MiB of kernel readahead, a sequential reader's requests
+		// reach the daemon 1 MiB at a time, the largest reply FUSE
+		// carries; more readahead read no faster (docs/benchmarks.md,
+		// "Tried and not kept").
+		ReadAhead: 1 << 20,
+		Metrics:   MetricsConfig{Addr: DefaultMetricsAddr},
+	}
+}
+
+// defaultPollRequests is how long a thread that has just replied polls for
+// the next request (threads that have not, while another polls, a
+// twentieth of it): it covers the gap between a reply and a streaming
+// reader's next request, which on a virtual machine whose idle CPUs halt
+// includes the reader's own wake-up and often outlasts a shorter poll, so
+// a single reader read faster with 1 ms than with 50 us, and with either
+// than without polling (docs/benchmarks.md, "Polling for requests").
+// With fewer than 8 CPUs the polling threads take the cores the reader and
+// a local server need, so none there. An idle mount sleeps 1 ms after its
+// last request.
+func defaultPollRequests() time.Duration {
+	if runtime.NumCPU() >= 8 {
+		return time.Millisecond
+	}
+	return 0
+}
+
+// Validate refuses a configuration a mount cannot run, naming the field
+// by its path in the tree (*setting.Error). Start validates too.
+func (c Config) Validate() error {
+	s := c.S3
+	switch {
+	case c.Mountpoint == "":
+		return setting.Refuse("Mountpoint", `""`, "a directory to mount on is needed")
+	case s.Endpoint == "":
+		return setting.Refuse("S3.Endpoint", `""`, "an endpoint URL is needed")
+	case s.ConnectTimeout <= 0:
+		return setting.Refuse("S3.ConnectTimeout", s.ConnectTimeout, "must be above 0")
+	case c.CheckTimeout < 0:
+		return setting.Refuse("CheckTimeout", c.CheckTimeout, "must be 0 (the connect and read timeouts) or more")
+	}
+	if err := c.Read.Validate(); err != nil {
+		return setting.Within("Read", err)
+	}
+	core := c.Core
+	core.ReadLimits = c.Read
+	if err := core.Validate(); err != nil {
+		return setting.Within("Core", err)
+	}
+	f := c.FS
+	switch {
+	case f.FileMode&^0o7777 != 0:
+		return setting.Refuse("FS.FileMode", fmt.Sprintf("%#o", f.FileMode), "permission bits only")
+	case f.DirMode&^0o7777 != 0:
+		return setting.Refuse("FS.DirMode", fmt.Sprintf("%#o", f.DirMode), "permission bits only")
+	case f.PollRequests < 0:
+		return setting.Refuse("FS.PollRequests", f.PollRequests, "must be 0 (none) or more")
+	case c.ReadAhead < 0:
+		return setting.RefuseSize("ReadAhead", c.ReadAhead, "must be 0 (the kernel's) or more")
+	}
+	switch c.Splice {
+	case "auto", "always", "never":
+	default:
+		return setting.Refuse("Splice", fmt.Sprintf("%q", c.Splice), "use auto, always or never")
+	}
+	g := c.GPU
+	switch g.Mode {
+	case "auto", "off", "host-standin":
+	default:
+		return setting.Refuse("GPU.Mode", fmt.Sprintf("%q", g.Mode), "use auto, off or host-standin")
+	}
+	if g.Mode == "host-standin" && c.FS.AllowOther && !g.StandinAllowOther {
+		return setting.Refuse("GPU.StandinAllowOther", false,
+			"the host stand-in on a mount every user may use (allow-other) lets each of them have the daemon write files of theirs under %s; set it to accept that", g.StandinDir)
+	}
+	switch g.RDMA {
+	case "off":
+	case "loopback", "libs3rdma":
+		if g.Mode == "off" {
+			return setting.Refuse("GPU.RDMA", g.RDMA, "needs GPU reads, which are off")
+		}
+	default:
+		return setting.Refuse("GPU.RDMA", fmt.Sprintf("%q", g.RDMA), "use off, loopback or libs3rdma")
+	}
+	engine := g.Config
+	engine.ReadLimits = c.Read
+	if err := engine.Validate(); err != nil {
+		return setting.Within("GPU", err)
+	}
+	return nil
+}
 
 // NearEndpoint reports whether every address of the endpoint is on this
 // host or a private network, where whole-object streams serve readers
@@ -159,16 +225,8 @@ func NearEndpoint(endpoint string) bool { return objstore.NearEndpoint(endpoint)
 // on polling mounts (Start): their sockets get the larger buffer. GetRaw
 // serves only spliced reads.
 func (c Config) s3Client() objstore.Config {
-	s := c.S3
-	oc := objstore.Config{
-		Endpoint:        s.Endpoint,
-		Region:          s.Region,
-		CABundle:        s.CABundle,
-		VirtualHost:     s.VirtualHost,
-		Credentials:     s.Credentials,
-		ConnectTimeout:  s.ConnectTimeout,
-		ResponseTimeout: s.ResponseTimeout,
-	}
+	oc := c.S3
+	oc.ResponseTimeout = c.Read.ReadTimeout
 	if c.FS.PollRequests > 0 {
 		oc.RawReceiveBuffer = spliceAheadReceiveBuffer
 	}
@@ -180,14 +238,7 @@ func (c Config) checkTimeout() time.Duration {
 	if c.CheckTimeout > 0 {
 		return c.CheckTimeout
 	}
-	connect, respond := c.S3.ConnectTimeout, c.S3.ResponseTimeout
-	if connect <= 0 {
-		connect = objstore.DefaultConnectTimeout
-	}
-	if respond <= 0 {
-		respond = objstore.DefaultResponseTimeout
-	}
-	return connect + respond
+	return c.S3.ConnectTimeout + c.Read.ReadTimeout
 }
 
 // checkTimeoutFlags names what set the start-up check's bound.
@@ -195,41 +246,12 @@ func (c Config) checkTimeoutFlags() string {
 	if c.CheckTimeout > 0 {
 		return "the start-up check's bound"
 	}
-	return fmt.Sprintf("--connect-timeout %s + --read-timeout %s", c.checkTimeoutPart(c.S3.ConnectTimeout, objstore.DefaultConnectTimeout), c.checkTimeoutPart(c.S3.ResponseTimeout, objstore.DefaultResponseTimeout))
-}
-
-func (c Config) checkTimeoutPart(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-// options are the FUSE adapter's.
-func (c FSConfig) options() s3fs.Options {
-	return s3fs.Options{
-		UID: c.UID, GID: c.GID,
-		FileMode: c.FileMode, DirMode: c.DirMode,
-		AllowOther:   c.AllowOther,
-		FsName:       c.FsName,
-		Debug:        c.Debug,
-		PollRequests: c.PollRequests,
-	}
+	return fmt.Sprintf("--connect-timeout %s + --read-timeout %s", c.S3.ConnectTimeout, c.Read.ReadTimeout)
 }
 
 // engine is the GPU engine's configuration.
-func (c GPUConfig) engine() rdmaread.Config {
-	return rdmaread.Config{
-		Streams:       c.Streams,
-		TargetStreams: c.TargetStreams,
-		MaxOps:        c.MaxOps,
-		MaxBytes:      c.MaxBytes,
-		PartSize:      c.PartSize,
-		RDMAChunk:     c.RDMAChunk,
-		ReadTimeout:   c.ReadTimeout,
-		Retries:       c.Retries,
-		Share:         c.Share,
-		ClientGets:    c.ClientGets,
-		Staging:       cufile.StagerConfig{SlotSize: c.SlotSize, Slots: c.Slots, PerCopier: c.PerCopier, Streams: c.CopyStreams},
-	}
+func (c Config) engine() rdmaread.Config {
+	e := c.GPU.Config
+	e.ReadLimits = c.Read
+	return e
 }

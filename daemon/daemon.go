@@ -27,6 +27,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
@@ -64,6 +65,11 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// One read setting for every GET.
+	cfg.Core.ReadLimits = cfg.Read
 	if err := checkMountpoint(cfg.Mountpoint, cfg.Log); err != nil {
 		return nil, err
 	}
@@ -92,9 +98,6 @@ func Start(cfg Config) (*Daemon, error) {
 	// splice out of each request's chain (docs/benchmarks.md, "Filling the
 	// next reply ahead" and "The next reply spliced beside this one").
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
-	// Which opens bypass the page cache is the core's choice at each open;
-	// the policy comes with the mount's options.
-	cfg.Core.DirectIO, cfg.Core.DirectIOMinSize = cfg.FS.DirectIO, cfg.FS.DirectIOMinSize
 	d.cfg = cfg
 	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)
 	if err != nil {
@@ -119,15 +122,15 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	if cfg.MetricsAddr != "" {
-		if err := d.serveMetrics(cfg.MetricsAddr); err != nil {
+	if cfg.Metrics.Addr != "" {
+		if err := d.serveMetrics(cfg.Metrics); err != nil {
 			d.shutdown() // the engine and the fabric's server
 			return nil, err
 		}
 	}
 	var bg context.Context
 	bg, d.stop = context.WithCancel(context.Background())
-	d.server, err = s3fs.Mount(bg, cfg.Mountpoint, core, d.GPU, d.Metrics, cfg.FS.options())
+	d.server, err = s3fs.Mount(bg, cfg.Mountpoint, core, d.GPU, d.Metrics, cfg.FS)
 	if err == nil {
 		server := d.server
 		d.Metrics.ReportFuseRequests(func() metrics.FuseRequestWaits {
@@ -157,16 +160,13 @@ func Start(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// resolveSplice decides --splice for a mount of store: whether, and if not
-// why not. "always" where splicing cannot work is an error naming the flag.
+// resolveSplice decides Splice for a mount of store: whether, and if not
+// why not. "always" where splicing cannot work is an error naming the
+// setting.
 func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, err error) {
 	mode := cfg.Splice
-	switch mode {
-	case "", "auto", "always":
-	case "never":
+	if mode == "never" {
 		return false, "--splice=never", nil
-	default:
-		return false, "", fmt.Errorf("--splice %q: want auto, always or never", mode)
 	}
 	_, raw := store.(objstore.RawGetter)
 	switch {
@@ -186,7 +186,7 @@ func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, er
 		return true, "", nil
 	}
 	if mode == "always" {
-		return false, "", fmt.Errorf("--splice=always: %s", whyNot)
+		return false, "", setting.Refuse("Splice", mode, "%s", whyNot)
 	}
 	return false, whyNot, nil
 }
@@ -238,7 +238,7 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 	var fabric *loopback.Server
 	var f *loopback.Fabric
 	switch cfg.GPU.RDMA {
-	case "", "off":
+	case "off":
 		return nil, nil, nil
 	case "loopback":
 		f = loopback.NewFabric()
@@ -264,11 +264,9 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 	case "libs3rdma":
 		minter, err := rdmaread.OpenLibS3RDMA(rdmaread.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
 		if err != nil {
-			return nil, nil, fmt.Errorf("--rdma=libs3rdma: %w", err)
+			return nil, nil, setting.Refuse("GPU.RDMA", cfg.GPU.RDMA, "%v", err)
 		}
 		rc.Minter = minter
-	default:
-		return nil, nil, fmt.Errorf("--rdma %q: use off, loopback or libs3rdma", cfg.GPU.RDMA)
 	}
 	if err := engine.EnableRDMA(rc); err != nil {
 		if fabric != nil {
@@ -290,10 +288,10 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 	case "host-standin":
 		backend, err = cufile.NewHostStandin(cfg.GPU.StandinDir)
 		if err != nil {
-			return nil, fmt.Errorf("--gpu=host-standin: %w", err)
+			return nil, setting.Refuse("GPU.Mode", cfg.GPU.Mode, "%v", err)
 		}
 		cfg.Log.Warn("GPU reads go to host memory files (host stand-in, a test aid): no device memory is used", "dir", cfg.GPU.StandinDir)
-	case "", "auto":
+	case "auto":
 		backend, err = cufile.NewCUDA()
 		if err != nil {
 			cfg.Log.Info("GPU reads unavailable: GPU read ioctls will answer ENODEV", "reason", err)
@@ -301,10 +299,8 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 		if backend == nil {
 			return nil, nil
 		}
-	default:
-		return nil, fmt.Errorf("--gpu %q: use auto, off or host-standin", cfg.GPU.Mode)
 	}
-	return rdmaread.New(store, backend, cfg.GPU.engine(), m, cfg.Log), nil
+	return rdmaread.New(store, backend, cfg.engine(), m, cfg.Log), nil
 }
 
 // Unmount detaches the mount, retrying while it is busy and finally
@@ -358,21 +354,31 @@ func (d *Daemon) OpenFiles() int {
 	return int(m.Gauge.GetValue())
 }
 
-func (d *Daemon) serveMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+func (d *Daemon) serveMetrics(mc MetricsConfig) error {
+	ln, err := net.Listen("tcp", mc.Addr)
 	if err != nil {
-		return fmt.Errorf("--metrics-addr %s: %w", addr, err)
+		return setting.Refuse("Metrics.Addr", mc.Addr, "%v", err)
 	}
 	d.addr = ln.Addr().String()
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
-	// Profiles on the same loopback listener, for diagnosing a slow mount.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	d.http = &http.Server{Handler: metricsMux(d.Metrics, mc.Pprof), ReadHeaderTimeout: 10 * time.Second}
 	go d.http.Serve(ln)
 	return nil
+}
+
+// metricsMux serves /metrics and, only when asked for, /debug/pprof:
+// profiles and traces show what the daemon is doing to anyone who can
+// connect, loopback included, so they are off unless the mount asks.
+func metricsMux(m *metrics.Set, withPprof bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
 
 func (d *Daemon) closeHTTP() {

@@ -27,13 +27,7 @@ func (d *Daemon) GoMemoryLimit() int64 {
 	var staging int64
 	if d.GPU != nil && d.GPU.Backend().Name() == "host-standin" {
 		if devs, err := d.GPU.Backend().Devices(); err == nil {
-			size, slots := d.cfg.GPU.SlotSize, d.cfg.GPU.Slots
-			if size <= 0 {
-				size = DefaultStagingSlotSize
-			}
-			if slots <= 0 {
-				slots = DefaultStagingSlots
-			}
+			size, slots := d.cfg.GPU.Staging.SlotSize, d.cfg.GPU.Staging.Slots
 			staging = int64(len(devs)) * int64(size) * int64(slots)
 		}
 	}

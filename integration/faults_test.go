@@ -424,16 +424,14 @@ func faultMount(t *testing.T, srv *testenv.Server, bucket, endpoint string, tune
 		if endpoint != "" {
 			c.S3.Endpoint = endpoint
 		}
-		c.Core.ReadTimeout = faultReadTimeout
-		c.Core.Retries = faultRetries
+		c.Read.ReadTimeout = faultReadTimeout
+		c.Read.Retries = faultRetries
 		c.Core.MemoryLimit = 64 << 20
 		c.Core.CacheSize = 2 << 20 // little cache: most reads go to the server
 		c.Core.MetaTTL = time.Hour
-		c.GPU.ReadTimeout = faultReadTimeout
-		c.GPU.Retries = faultRetries
 		// A slot for every stream of every worker: a GPU read never queues
 		// behind another for staging memory, so the bound is per call.
-		c.GPU.Slots = 16 * 4
+		c.GPU.Staging.Slots = 16 * 4
 		if tune != nil {
 			tune(c)
 		}
@@ -536,8 +534,7 @@ func storeFaultMount(t *testing.T, srv *testenv.Server, seed uint64, tune func(*
 			faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: seed, Rate: 0.3})
 			return faulty
 		}
-		c.Core.ReadTimeout = 500 * time.Millisecond
-		c.GPU.ReadTimeout = 500 * time.Millisecond
+		c.Read.ReadTimeout = 500 * time.Millisecond
 		if tune != nil {
 			tune(c)
 		}
@@ -591,9 +588,9 @@ func TestGPUReadsOfTheirOwnUnderStoreFaults(t *testing.T) {
 			objs := putFaultObjects(t, srv, "data", 3, 61)
 			mp, bufDir, d, faulty := storeFaultMount(t, srv, 78, func(c *daemon.Config) {
 				c.GPU.Share = false
-				c.GPU.SlotSize = 64 << 10
-				c.GPU.Slots = 128
-				c.GPU.CopyStreams = 2
+				c.GPU.Staging.SlotSize = 64 << 10
+				c.GPU.Staging.Slots = 128
+				c.GPU.Staging.Streams = 2
 				c.GPU.ClientGets = !raw
 			})
 			c := newTally()
@@ -892,8 +889,8 @@ func TestInterruptedGPUReadsNeverReportMissingBytes(t *testing.T) {
 	o := faultObject{key: "big.bin", size: 6<<20 + 99, seed: 81}
 	srv.PutRandomObject(t, "data", o.key, o.size, o.seed)
 	mp, bufDir, d := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
-		c.GPU.SlotSize = 256 << 10
-		c.GPU.Slots = 4          // reads queue for slots: they take a while
+		c.GPU.Staging.SlotSize = 256 << 10
+		c.GPU.Staging.Slots = 4  // reads queue for slots: they take a while
 		c.GPU.PartSize = 1 << 20 // and most take two GETs
 	})
 	f, err := os.Open(filepath.Join(mp, o.key))

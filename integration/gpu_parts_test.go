@@ -60,7 +60,7 @@ func TestGPUReadPartsFollowTheLoad(t *testing.T) {
 		target int
 		want   [][2]int64
 	}{
-		{"alone: --gpu-streams ranges, none under 8 MiB", 0, [][2]int64{{0, 8 << 20}, {8 << 20, 8 << 20}, {16 << 20, 8 << 20}, {24 << 20, 8 << 20}, {32 << 20, 8 << 20}}},
+		{"alone: --gpu-streams ranges, none under 8 MiB", daemon.Default().GPU.TargetStreams, [][2]int64{{0, 8 << 20}, {8 << 20, 8 << 20}, {16 << 20, 8 << 20}, {24 << 20, 8 << 20}, {32 << 20, 8 << 20}}},
 		{"a share of one stream", 1, [][2]int64{{0, size}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -403,7 +403,7 @@ func TestGPUFaultingCallerFailsAlone(t *testing.T) {
 			want := sha256.Sum256(testenv.RandomBytes(59, 0, size))
 			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 				c.GPU.Share = share
-				c.GPU.CopyStreams = 1 // every copy on one stream
+				c.GPU.Staging.Streams = 1 // every copy on one stream
 				c.WrapStore = func(s objstore.Store) objstore.Store {
 					return slowBody{s, make(chan struct{}), &sync.Once{}}
 				}

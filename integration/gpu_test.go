@@ -33,8 +33,8 @@ func gpuMount(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemo
 	mp, d = mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.GPU.Mode = "host-standin"
 		c.GPU.StandinDir = bufDir
-		c.GPU.SlotSize = 1 << 20
-		c.GPU.Slots = 8
+		c.GPU.Staging.SlotSize = 1 << 20
+		c.GPU.Staging.Slots = 8
 		if tune != nil {
 			tune(c)
 		}

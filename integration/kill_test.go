@@ -40,7 +40,7 @@ func TestOnlyAKillInterruptsARead(t *testing.T) {
 	const stallGuard = 2 * time.Second // a stalled GET is given up and retried after this
 	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
-		c.Core.ReadTimeout = stallGuard
+		c.Read.ReadTimeout = stallGuard
 	})
 	out := t.TempDir()
 	stalls := func() int64 { return proxy.Counts()[faultproxy.StallHeaders.String()] }
@@ -145,7 +145,7 @@ func TestAnAbortedMountEndsAHandledRead(t *testing.T) {
 	const stallGuard = 2 * time.Second // a stalled GET is given up and retried after this
 	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
-		c.Core.ReadTimeout = stallGuard
+		c.Read.ReadTimeout = stallGuard
 	})
 	var st syscall.Stat_t
 	if err := syscall.Stat(mp, &st); err != nil {

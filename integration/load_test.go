@@ -104,16 +104,16 @@ func TestLoadManyStreamsWithinMemoryAndNoLeaks(t *testing.T) {
 
 	const memoryLimit = 32 << 20
 	cfg := mounttest.Config(t, srv, "data", mp)
-	cfg.Splice = "" // the daemon's default
-	cfg.MetricsAddr = "127.0.0.1:0"
+	cfg.Splice = daemon.Default().Splice
+	cfg.Metrics.Addr = "127.0.0.1:0"
 	cfg.Core.MemoryLimit = memoryLimit
 	cfg.Core.CacheSize = 8 << 20
 	cfg.Core.PartSize = 4 << 20
 	cfg.Core.MaxWindow = 8 << 20
 	cfg.GPU.Mode = "host-standin"
 	cfg.GPU.StandinDir = bufDir
-	cfg.GPU.SlotSize = 1 << 20
-	cfg.GPU.Slots = 16
+	cfg.GPU.Staging.SlotSize = 1 << 20
+	cfg.GPU.Staging.Slots = 16
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatal(err)

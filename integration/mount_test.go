@@ -191,7 +191,7 @@ func TestLargeObjectsUseDirectIOAndSmallOnesThePageCache(t *testing.T) {
 	const small, large = 512 << 10, 6<<20 + 123
 	smallSum := srv.PutRandomObject(t, "data", "small.bin", small, 3)
 	largeSum := srv.PutRandomObject(t, "data", "large.bin", large, 4)
-	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.DirectIOMinSize = 4 << 20 })
+	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) { c.Core.DirectIOMinSize = 4 << 20 })
 
 	readTwice := func(name, sum string) float64 {
 		before := posixReadBytes(t, mp)
@@ -454,8 +454,8 @@ func TestPageCacheNeverMixesVersions(t *testing.T) {
 	const size = 32 << 20
 	srv.PutRandomObject(t, "data", "x.bin", size, 51)
 	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
-		c.FS.DirectIOMinSize = 4 << 20
-		c.FS.DirectIO = vfs.DirectIONever
+		c.Core.DirectIOMinSize = 4 << 20
+		c.Core.DirectIO = vfs.DirectIONever
 		c.Core.MetaTTL = time.Second
 	})
 	path := filepath.Join(mp, "x.bin")

@@ -70,7 +70,7 @@ func TestLoopbackRDMAEndToEndAndEveryDecline(t *testing.T) {
 		t.Run(c.decline.String(), func(t *testing.T) {
 			mp, dir, d := gpuMount(t, srv, "data", func(cfg *daemon.Config) {
 				cfg.GPU.RDMA = "loopback"
-				cfg.GPU.ReadTimeout = 2 * time.Second
+				cfg.Read.ReadTimeout = 2 * time.Second
 			})
 			d.LoopbackFabric().SetMode(c.mode)
 			d.LoopbackFabric().SetStall(time.Minute)

@@ -45,7 +45,6 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
-	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // mountOptions returns the per-mount and the superblock options of the
@@ -143,14 +142,13 @@ func TestSecretsNeverLeak(t *testing.T) {
 	logs := &syncBuffer{}
 	mp, bufDir, d := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
-		c.MetricsAddr = "127.0.0.1:0"
+		c.Metrics.Addr = "127.0.0.1:0"
+		c.Metrics.Pprof = true // the profiles too must hold no secret
 		c.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		c.Core.ReadTimeout = 500 * time.Millisecond
-		c.Core.Retries = 1
+		c.Read.ReadTimeout = 500 * time.Millisecond
+		c.Read.Retries = 1
 		c.Core.MetaTTL = 100 * time.Millisecond
 		c.Core.NegativeTTL = 100 * time.Millisecond
-		c.GPU.ReadTimeout = 500 * time.Millisecond
-		c.GPU.Retries = 1
 	})
 	var texts []string // everything a user or an operator can see
 	note := func(what string, err error) {
@@ -197,22 +195,16 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	// Mounts that must fail: a wrong secret, and credentials in the URL.
 	wrong := "WRONG" + secret
-	_, err = daemon.Start(daemon.Config{Mountpoint: t.TempDir(), Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		S3:           daemon.S3Config{Endpoint: srv.Endpoint, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, wrong)},
-		Core:         mountCore("data"),
-		CheckTimeout: 5 * time.Second,
-	})
+	_, err = daemon.Start(mountConfig(t.TempDir(), daemon.S3Config{Endpoint: srv.Endpoint, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, wrong)},
+		5*time.Second, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err == nil {
 		t.Fatal("a mount with a wrong secret key started")
 	}
 	note("wrong secret", err)
 	u, _ := url.Parse(srv.Endpoint)
 	u.User = url.UserPassword(srv.AccessKey, secret)
-	_, err = daemon.Start(daemon.Config{Mountpoint: t.TempDir(), Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		S3:           daemon.S3Config{Endpoint: u.String(), Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, secret)},
-		Core:         mountCore("data"),
-		CheckTimeout: 5 * time.Second,
-	})
+	_, err = daemon.Start(mountConfig(t.TempDir(), daemon.S3Config{Endpoint: u.String(), Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, secret)},
+		5*time.Second, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err == nil {
 		t.Error("a mount with credentials inside the endpoint URL started")
 	}
@@ -267,7 +259,16 @@ func TestSecretsNeverLeak(t *testing.T) {
 	t.Logf("examined %d KiB of logs, errors, metrics, profiles and xattrs: no secret", len(all)>>10)
 }
 
-func mountCore(bucket string) vfs.Config { return vfs.Config{Bucket: bucket} }
+// mountConfig is a mount of bucket "data" with the defaults, through s3,
+// its start-up check bounded by check, serving no metrics.
+func mountConfig(mp string, s3 daemon.S3Config, check time.Duration, log *slog.Logger) daemon.Config {
+	cfg := daemon.Default()
+	cfg.Mountpoint, cfg.CheckTimeout, cfg.Log = mp, check, log
+	cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.CABundle, cfg.S3.Credentials = s3.Endpoint, s3.Region, s3.CABundle, s3.Credentials
+	cfg.Core.Bucket = "data"
+	cfg.Metrics.Addr = ""
+	return cfg
+}
 
 // makeCA returns a CA certificate (PEM) and a server certificate for
 // 127.0.0.1 that it signed.
@@ -349,13 +350,8 @@ func TestTLSEndpointWithCustomCA(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err := daemon.Start(daemon.Config{
-		Mountpoint:   t.TempDir(),
-		S3:           daemon.S3Config{Endpoint: ts.URL, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
-		Core:         mountCore("data"),
-		CheckTimeout: 10 * time.Second,
-		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	_, err := daemon.Start(mountConfig(t.TempDir(), daemon.S3Config{Endpoint: ts.URL, Region: srv.Region, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
+		10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	t.Logf("without the CA bundle, after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	if err == nil {
 		t.Fatal("a mount trusted a certificate from an unknown CA")
@@ -368,12 +364,8 @@ func TestTLSEndpointWithCustomCA(t *testing.T) {
 	if err := os.WriteFile(junk, []byte("not a certificate"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = daemon.Start(daemon.Config{
-		Mountpoint: t.TempDir(),
-		S3:         daemon.S3Config{Endpoint: ts.URL, Region: srv.Region, CABundle: junk, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
-		Core:       mountCore("data"),
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	_, err = daemon.Start(mountConfig(t.TempDir(), daemon.S3Config{Endpoint: ts.URL, Region: srv.Region, CABundle: junk, Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)},
+		0, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err == nil || !strings.Contains(err.Error(), junk) {
 		t.Errorf("a bundle without certificates: %v", err)
 	}

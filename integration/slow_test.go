@@ -28,8 +28,7 @@ func TestSlowStoreReadsSucceed(t *testing.T) {
 	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{SegmentSize: 4 << 10, SegmentGap: 50 * time.Millisecond})
 	slow := func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
-		c.Core.ReadTimeout = time.Second
-		c.GPU.ReadTimeout = time.Second
+		c.Read.ReadTimeout = time.Second
 	}
 	t.Run("posix", func(t *testing.T) {
 		mp, d := mountOf(t, srv, "data", slow)

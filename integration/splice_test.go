@@ -30,7 +30,7 @@ func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*da
 	requireSplice(t)
 	return mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.Splice = "always"
-		c.FS.DirectIO = vfs.DirectIOAlways
+		c.Core.DirectIO = vfs.DirectIOAlways
 		if tune != nil {
 			tune(c)
 		}
@@ -169,7 +169,7 @@ func TestSecondReaderEndsTheSpliceAndSharesBlocks(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	const size, seed = 32 << 20, 73
 	srv.PutRandomObject(t, "data", "big.bin", size, seed)
-	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.Core.CacheSize = -1 })
+	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.Core.CacheSize = 0 })
 	path := filepath.Join(mp, "big.bin")
 	a, err := os.Open(path)
 	if err != nil {
@@ -225,8 +225,8 @@ func TestBrokenSplicedGETHandsOverToOrdinaryReads(t *testing.T) {
 				c.FS.PollRequests = tc.poll
 				c.S3.Endpoint = proxy.URL
 				c.S3.ResponseTimeout = time.Second
-				c.Core.ReadTimeout = faultReadTimeout
-				c.Core.Retries = faultRetries
+				c.Read.ReadTimeout = faultReadTimeout
+				c.Read.Retries = faultRetries
 			})
 			f, err := os.Open(filepath.Join(mp, "big.bin"))
 			if err != nil {
@@ -270,27 +270,29 @@ func TestSpliceOfReplacedObjectIsRefusedAndTheReadIsESTALE(t *testing.T) {
 	wantMetric(t, d, "splice_ends_total", "map[refused:1]", "the GET pinned to the old version is refused")
 }
 
-// --splice=always where splicing cannot work fails the mount with a
-// message that names the flag; auto mounts without it and says why.
+// Splice "always" where splicing cannot work fails the mount with a
+// message that names the setting (the command turns it into --splice);
+// auto mounts without it and says why.
 func TestSpliceAlwaysWhereItCannotWorkFailsTheMount(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
-	cfg := daemon.Config{Mountpoint: t.TempDir(), Splice: "always"}
+	cfg := daemon.Default()
+	cfg.Mountpoint, cfg.Splice, cfg.Metrics.Addr = t.TempDir(), "always", ""
 	cfg.S3.Endpoint = srv.Endpoint
 	cfg.Core.Bucket = "data"
 	cfg.Core.NoStream = true
 	_, err := daemon.Start(cfg)
-	if err == nil || !strings.Contains(err.Error(), "--splice=always") || !strings.Contains(err.Error(), "--stream") {
+	if err == nil || !strings.Contains(err.Error(), "Splice always: ") || !strings.Contains(err.Error(), "--stream") {
 		t.Fatalf("--splice=always with streams off: %v, want an error naming --splice and --stream", err)
 	}
 	cfg.Core.NoStream = false
 	cfg.S3.Endpoint = "https://127.0.0.1:1"
-	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), "--splice=always") || !strings.Contains(err.Error(), "TLS") {
+	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), "Splice always: ") || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("--splice=always with an https endpoint: %v, want an error naming --splice and TLS", err)
 	}
 	cfg.Splice = "sometimes"
-	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), "--splice") {
-		t.Fatalf("--splice=sometimes: %v, want an error naming --splice", err)
+	if _, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), `Splice "sometimes": `) {
+		t.Fatalf("Splice sometimes: %v, want an error naming Splice", err)
 	}
 }
 
@@ -352,8 +354,8 @@ func TestFaultyStoreStillSplicesAndItsFaultsReachTheSplice(t *testing.T) {
 					return faulty
 				}
 				c.S3.ResponseTimeout = time.Second
-				c.Core.ReadTimeout = faultReadTimeout
-				c.Core.Retries = faultRetries
+				c.Read.ReadTimeout = faultReadTimeout
+				c.Read.Retries = faultRetries
 			})
 			f, err := os.Open(filepath.Join(mp, "big.bin"))
 			if err != nil {
@@ -403,8 +405,8 @@ func TestSplicedReaderFacingAStoppedServerFailsWithinTheDocumentedBound(t *testi
 	mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
 		c.S3.ResponseTimeout = readTimeout // as the command sets it: --read-timeout
-		c.Core.ReadTimeout = readTimeout
-		c.Core.Retries = retries
+		c.Read.ReadTimeout = readTimeout
+		c.Read.Retries = retries
 	})
 	f, err := os.Open(filepath.Join(mp, "big.bin"))
 	if err != nil {

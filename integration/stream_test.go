@@ -34,8 +34,8 @@ func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
 					faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Script: []faultstore.FaultKind{kind}})
 					return faulty
 				}
-				c.Core.ReadTimeout = faultReadTimeout
-				c.Core.Retries = faultRetries
+				c.Read.ReadTimeout = faultReadTimeout
+				c.Read.Retries = faultRetries
 			})
 			f, err := os.Open(filepath.Join(mp, "seq.bin"))
 			if err != nil {
@@ -73,8 +73,8 @@ func TestReadersOfOneObjectFetchItOnce(t *testing.T) {
 	const size = 32<<20 + 12345
 	srv.PutRandomObject(t, "data", "shared.bin", size, 71)
 	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
-		c.Core.CacheSize = -1          // none
-		c.FS.DirectIOMinSize = 1 << 20 // direct I/O: every byte through the daemon
+		c.Core.CacheSize = 0             // none
+		c.Core.DirectIOMinSize = 1 << 20 // direct I/O: every byte through the daemon
 	})
 	var fs [2]*os.File
 	for i := range fs {

@@ -74,7 +74,7 @@ func DefaultCredentials() *credentials.Credentials {
 // The transport's bounds when Config leaves them 0.
 const (
 	DefaultConnectTimeout  = 5 * time.Second
-	DefaultResponseTimeout = 30 * time.Second
+	DefaultResponseTimeout = DefaultReadTimeout
 )
 
 // Minio is the Store over minio-go.

@@ -26,7 +26,7 @@ func standinCallers(t *testing.T) *Callers {
 		t.Fatal(err)
 	}
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	e := New(nil, b, Config{}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := New(nil, b, DefaultConfig(), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { e.Close() })
 	return NewCallers(e)
 }

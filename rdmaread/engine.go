@@ -18,11 +18,13 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
-// Config tunes the engine; zero fields take the defaults.
+// Config tunes the engine. DefaultConfig holds its defaults; Validate
+// names a refused field by its name here.
 type Config struct {
 	// Streams is the most ranged GETs one read runs at once.
 	Streams int
@@ -47,9 +49,10 @@ type Config struct {
 	// answers more cheaply than ranges of it.
 	RDMAChunk int64
 	// Staging sizes each device's pinned ring; a chunk of a request is one slot.
-	Staging     cufile.StagerConfig
-	ReadTimeout time.Duration
-	Retries     int
+	Staging cufile.StagerConfig
+	// ReadLimits bound each GET (a mount sets them from its one read
+	// setting, the core's too).
+	objstore.ReadLimits
 	// Share turns single flight on: GPU reads over HTTP of the same
 	// object version into the same device share the GETs of a fetch in
 	// flight (flight.go). Off, every read sends GETs of its own.
@@ -63,62 +66,50 @@ type Config struct {
 	ClientGets bool
 }
 
-// Defaults (docs/benchmarks.md, "GPU: one pool of slots"). Slots are a
-// few MiB, in one pool per device that every GET takes from, the slot freed
-// last first, so the bytes a GET reads land in memory the CPU and the copy
+// DefaultConfig is the engine's configuration where a mount sets nothing
+// (docs/benchmarks.md, "GPU: one pool of slots"). Slots are a few MiB, in
+// one pool per device that every GET takes from, the slot freed last
+// first, so the bytes a GET reads land in memory the CPU and the copy
 // engine touched last, still in the CPU's cache; the ring holds enough for
 // every operation in flight to have one filling and others copying.
-const (
-	DefaultStreams       = 8
-	DefaultTargetStreams = 8
-	DefaultMaxOps        = 64
-	DefaultMaxBytes      = 16 << 30
-	DefaultRDMAChunk     = MaxServerOp
-	DefaultSlotSize      = 4 << 20
-	DefaultSlots         = 256
-	DefaultCopiers       = 8
-	DefaultPerCopier     = 0 // the pool; N: slots of each GET's own
-)
+func DefaultConfig() Config {
+	return Config{
+		Streams:       8,
+		TargetStreams: 8,
+		MaxOps:        64,
+		MaxBytes:      16 << 30,
+		RDMAChunk:     MaxServerOp,
+		Staging:       cufile.StagerConfig{SlotSize: 4 << 20, Slots: 256, Streams: 8},
+		ReadLimits:    objstore.DefaultReadLimits(),
+	}
+}
 
-func (c *Config) applyDefaults() {
-	if c.Streams <= 0 {
-		c.Streams = DefaultStreams
+// Validate refuses a configuration the engine cannot run, naming the field.
+func (c Config) Validate() error {
+	if err := c.ReadLimits.Validate(); err != nil {
+		return err
 	}
-	if c.TargetStreams <= 0 {
-		c.TargetStreams = DefaultTargetStreams
+	for _, n := range []struct {
+		name  string
+		value int
+	}{{"Streams", c.Streams}, {"TargetStreams", c.TargetStreams}, {"MaxOps", c.MaxOps}} {
+		if n.value < 1 {
+			return setting.Refuse(n.name, n.value, "at least 1")
+		}
 	}
-	if c.MaxOps <= 0 {
-		c.MaxOps = DefaultMaxOps
+	switch {
+	case c.MaxBytes <= 0:
+		return setting.RefuseSize("MaxBytes", c.MaxBytes, "must be above 0")
+	case c.PartSize != 0 && c.PartSize < 1<<20:
+		return setting.RefuseSize("PartSize", c.PartSize, "0 (parts sized by load) or at least 1MiB")
+	case c.RDMAChunk < 1<<20 || c.RDMAChunk > MaxServerOp:
+		return setting.RefuseSize("RDMAChunk", c.RDMAChunk, "between 1MiB and %s", setting.Size(MaxServerOp))
+	case c.Staging.SlotSize < 64<<10 || c.Staging.SlotSize > 1<<30:
+		return setting.RefuseSize("Staging.SlotSize", int64(c.Staging.SlotSize), "between 64KiB and 1GiB")
+	case c.Staging.Streams > 64:
+		return setting.Refuse("Staging.Streams", c.Staging.Streams, "from 1 to 64")
 	}
-	if c.MaxBytes <= 0 {
-		c.MaxBytes = DefaultMaxBytes
-	}
-	if c.PartSize < 0 {
-		c.PartSize = 0
-	}
-	if c.RDMAChunk <= 0 || c.RDMAChunk > MaxServerOp {
-		c.RDMAChunk = DefaultRDMAChunk
-	}
-	if c.Staging.SlotSize <= 0 {
-		c.Staging.SlotSize = DefaultSlotSize
-	}
-	if c.Staging.Slots <= 0 {
-		c.Staging.Slots = DefaultSlots
-	}
-	if c.Staging.Streams <= 0 {
-		c.Staging.Streams = DefaultCopiers
-	}
-	if c.Staging.PerCopier < 0 {
-		c.Staging.PerCopier = DefaultPerCopier
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = 30 * time.Second
-	}
-	if c.Retries < 0 {
-		c.Retries = 0
-	} else if c.Retries == 0 {
-		c.Retries = 3
-	}
+	return setting.Within("Staging", c.Staging.Validate())
 }
 
 // Request is one GPU read.
@@ -155,7 +146,7 @@ type Result struct {
 
 // Errors the fs layer maps to errnos (docs/ioctl.md).
 var (
-	ErrNoRDMA      = errors.New("RDMA required and this daemon has no RDMA transport (--rdma=off)")
+	ErrNoRDMA      = errors.New("RDMA required and this daemon has no RDMA transport (RDMA is off)")
 	ErrOutOfBounds = errors.New("destination range outside the allocation")
 )
 
@@ -187,7 +178,6 @@ type Engine struct {
 
 // New builds an engine over a CUDA backend (or the host stand-in).
 func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Set, log *slog.Logger) *Engine {
-	cfg.applyDefaults()
 	e := &Engine{
 		store:   store,
 		backend: backend,

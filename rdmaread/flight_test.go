@@ -97,8 +97,8 @@ func newFlightEnv(t *testing.T, size int, cfg Config) *flightEnv {
 	}
 	st := &memStore{data: data, etag: "v1"}
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	cfg.Staging = cufile.StagerConfig{SlotSize: 256 << 10, Slots: 64, Streams: 4, PerCopier: 2}
-	e := New(st, b, cfg, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg.Staging = cufile.StagerConfig{SlotSize: 256 << 10, Slots: 64, Streams: 4}
+	e := New(st, b, testConfig(cfg), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { e.Close() })
 	return &flightEnv{e: e, store: st, dir: dir, m: m}
 }

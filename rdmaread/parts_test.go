@@ -1,6 +1,10 @@
 package rdmaread
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 // A read takes its share of the target streams: alone it is cut into
 // parallel ranges, among many it is one GET of its whole range, which a
@@ -25,8 +29,7 @@ func TestPartSizeSharesTheTargetStreams(t *testing.T) {
 		{"zero reading counts as one", 8, 0, 64 * mib, 0, 16 * mib, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &Engine{cfg: Config{Streams: 4, TargetStreams: int(tc.target), PartSize: tc.cap}}
-			e.cfg.applyDefaults()
+			e := &Engine{cfg: testConfig(Config{Streams: 4, TargetStreams: int(tc.target), PartSize: tc.cap})}
 			got := e.partSize(tc.n, tc.reading)
 			if got != tc.wantPart {
 				t.Fatalf("partSize(%d, %d) = %d, want %d", tc.n, tc.reading, got, tc.wantPart)
@@ -42,8 +45,7 @@ func TestPartSizeSharesTheTargetStreams(t *testing.T) {
 // large read (a checkpoint's one cuFileRead) is not held to fewer streams
 // than eight busy readers get together.
 func TestLoneReadTakesTheTargetByDefault(t *testing.T) {
-	e := &Engine{}
-	e.cfg.applyDefaults()
+	e := &Engine{cfg: DefaultConfig()}
 	const n = 8 << 30
 	if got, want := (n+e.partSize(n, 1)-1)/e.partSize(n, 1), int64(e.cfg.TargetStreams); got != want {
 		t.Fatalf("a lone %d-byte read in %d parts, want %d (the target streams)", n, got, want)
@@ -67,8 +69,7 @@ func TestRDMATransfersFollowTheParts(t *testing.T) {
 		{"--rdma-chunk caps a busy reader's transfer", 256 * mib, 768 * mib, 8, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &Engine{cfg: Config{RDMAChunk: tc.chunk}}
-			e.cfg.applyDefaults()
+			e := &Engine{cfg: testConfig(Config{RDMAChunk: tc.chunk})}
 			size := e.transferSize(tc.n, tc.reading)
 			if size > MaxServerOp {
 				t.Fatalf("transfer of %d bytes, above MaxServerOp", size)
@@ -77,5 +78,61 @@ func TestRDMATransfersFollowTheParts(t *testing.T) {
 				t.Fatalf("%d-byte read among %d: %d transfers of %d, want %d", tc.n, tc.reading, got, size, tc.want)
 			}
 		})
+	}
+}
+
+// testConfig is cfg with DefaultConfig's value in each field cfg leaves 0,
+// so that a test names only what it is about.
+func testConfig(cfg Config) Config {
+	d := DefaultConfig()
+	or := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	or64 := func(v *int64, def int64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	or(&cfg.Streams, d.Streams)
+	or(&cfg.TargetStreams, d.TargetStreams)
+	or(&cfg.MaxOps, d.MaxOps)
+	or64(&cfg.MaxBytes, d.MaxBytes)
+	or64(&cfg.RDMAChunk, d.RDMAChunk)
+	or(&cfg.Staging.SlotSize, d.Staging.SlotSize)
+	or(&cfg.Staging.Slots, d.Staging.Slots)
+	or(&cfg.Staging.Streams, d.Staging.Streams)
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = d.ReadTimeout
+	}
+	if cfg.Retries == 0 {
+		cfg.Retries = d.Retries
+	}
+	return cfg
+}
+
+// A refused configuration names the field, and no flag; the defaults pass.
+func TestConfigErrorsNameTheField(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
+	}
+	for _, c := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Streams = 0 }, "Streams 0: "},
+		{func(c *Config) { c.PartSize = 4096 }, "PartSize 4KiB: "},
+		{func(c *Config) { c.RDMAChunk = 2 << 30 }, "RDMAChunk 2GiB: "},
+		{func(c *Config) { c.Staging.SlotSize = 1024 }, "Staging.SlotSize 1KiB: "},
+		{func(c *Config) { c.Staging.Streams = 65 }, "Staging.Streams 65: "},
+		{func(c *Config) { c.Staging.Slots = 0 }, "Staging.Slots 0: "},
+		{func(c *Config) { c.ReadTimeout = -time.Second }, "ReadTimeout -1s: "},
+	} {
+		cfg := DefaultConfig()
+		c.mod(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "--") {
+			t.Errorf("error %v, want one naming %q and no flag", err, c.want)
+		}
 	}
 }

@@ -22,12 +22,14 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/cache"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
-// Config tunes the core. Zero values take the defaults below. Each field is
-// the command's flag of the same name, which validation errors name.
+// Config tunes the core. DefaultConfig holds its defaults; a zero field is
+// the value zero (no cache, no retries, a stream never judged slow), not a
+// default. Validate names a refused field by its name here.
 type Config struct {
 	// Bucket limits the mount to one bucket; empty shows every bucket the
 	// credentials can list as a top-level directory.
@@ -44,31 +46,30 @@ type Config struct {
 	InitialWindow int64 // first prefetch window: small, so the first byte is quick
 	MaxWindow     int64 // the window doubles up to this per handle
 	MemoryLimit   int64 // all block memory: prefetch and cache
-	CacheSize     int64 // of which the LRU cache may hold at most this; negative: none
+	CacheSize     int64 // of which the LRU cache may hold at most this; 0: none
 
-	// ReadTimeout bounds a ranged GET that makes no progress.
-	ReadTimeout time.Duration
-	// Retries is how many times a failed ranged GET is sent again; negative
-	// means never.
-	Retries int
+	// ReadLimits bound each GET: ReadTimeout one that makes no progress,
+	// Retries how many times a failed one is sent again (0: never). A mount
+	// sets them from its one read setting, the GPU engine's too.
+	objstore.ReadLimits
 
-	// NoStream (--stream=never, or auto with a far endpoint) serves every
+	// NoStream (streams off, or a far endpoint) serves every
 	// read with ranged GETs; otherwise a reader that starts at the beginning
 	// of an object is fed by one GET of the whole object (stream.go).
 	NoStream bool
 	// StreamMinRate (bytes per second) is the least a stream must deliver
 	// while reading; a slower one hands over to parallel ranged GETs.
-	// Negative: a stream is never judged slow.
+	// 0: a stream is never judged slow.
 	StreamMinRate int64
 	// StreamIdle closes a stream that has had nothing to read for this long.
 	StreamIdle time.Duration
-	// DirectIO (--direct-io) says which opens bypass the kernel's page
-	// cache; the zero value is DirectIOAuto with DirectIOMinSize.
+	// DirectIO says which opens bypass the kernel's page cache; the zero
+	// value is DirectIOAuto with DirectIOMinSize.
 	DirectIO DirectIO
-	// DirectIOMinSize (--direct-io-min-size) is the smallest object
-	// DirectIOAuto reads with direct I/O (0: DefaultDirectIOMinSize).
+	// DirectIOMinSize is the smallest object DirectIOAuto reads with
+	// direct I/O.
 	DirectIOMinSize int64
-	// Splice (--splice) feeds direct-I/O readers that start at the
+	// Splice feeds direct-I/O readers that start at the
 	// beginning of an object from a GET's socket with splice(2), the bytes
 	// never copied through the daemon (splice.go). Needs a store that is a
 	// RawGetter and replies the FUSE layer splices.
@@ -81,30 +82,34 @@ type Config struct {
 	SpliceAhead bool
 }
 
-// Defaults chosen for training datasets: objects are written once and read
-// many times, so metadata may be cached for a minute; a missing name is
+// DefaultConfig is the core's configuration where a mount sets nothing,
+// chosen for training datasets: objects are written once and read many
+// times, so metadata may be cached for a minute; a missing name is
 // re-checked sooner because datasets are often being uploaded while a job
 // waits for them.
-const (
-	DefaultMetaTTL       = 60 * time.Second
-	DefaultNegativeTTL   = 5 * time.Second
-	DefaultMetaEntries   = 1 << 20
-	DefaultBlockSize     = 1 << 20
-	DefaultPartSize      = 8 << 20
-	DefaultInitialWindow = 1 << 20
-	DefaultMaxWindow     = 128 << 20
-	DefaultMemoryLimit   = 2 << 30
-	DefaultCacheSize     = 1 << 30
-	DefaultReadTimeout   = 30 * time.Second
-	DefaultRetries       = 3
-	// One connection to a store on the same host or network carries more
-	// than this even on a loaded two-core machine, where the machine and
-	// not the connection is the limit (docs/benchmarks.md, "POSIX reads");
-	// a stream slower than this has something wrong with it, and parallel
-	// ranges spread the load.
-	DefaultStreamMinRate = 64 << 20
-	DefaultStreamIdle    = 5 * time.Second
-)
+func DefaultConfig() Config {
+	return Config{
+		MetaTTL:       60 * time.Second,
+		NegativeTTL:   5 * time.Second,
+		MetaEntries:   1 << 20,
+		BlockSize:     1 << 20,
+		PartSize:      8 << 20,
+		InitialWindow: 1 << 20,
+		MaxWindow:     128 << 20,
+		MemoryLimit:   2 << 30,
+		CacheSize:     1 << 30,
+		ReadLimits:    objstore.DefaultReadLimits(),
+		// One connection to a store on the same host or network carries
+		// more than this even on a loaded two-core machine, where the
+		// machine and not the connection is the limit (docs/benchmarks.md,
+		// "POSIX reads"); a stream slower than this has something wrong
+		// with it, and parallel ranges spread the load.
+		StreamMinRate: 64 << 20,
+		StreamIdle:    5 * time.Second,
+		// Where DirectIOAuto switches to direct I/O.
+		DirectIOMinSize: 64 << 20,
+	}
+}
 
 // DirectIO is the page-cache policy of a mount. A read through the page
 // cache costs one more copy of every byte (the daemon's reply lands in cache
@@ -134,74 +139,50 @@ func (d DirectIO) String() string {
 	return "auto"
 }
 
-// DefaultDirectIOMinSize is where DirectIOAuto switches to direct I/O.
-const DefaultDirectIOMinSize = 64 << 20
-
-func (c *Config) applyDefaults() error {
-	def := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if c.MetaTTL == 0 {
-		c.MetaTTL = DefaultMetaTTL
-	}
-	if c.NegativeTTL == 0 {
-		c.NegativeTTL = DefaultNegativeTTL
-	}
-	if c.MetaEntries == 0 {
-		c.MetaEntries = DefaultMetaEntries
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
-	}
-	def(&c.PartSize, DefaultPartSize)
-	def(&c.InitialWindow, DefaultInitialWindow)
-	def(&c.MaxWindow, DefaultMaxWindow)
-	def(&c.MemoryLimit, DefaultMemoryLimit)
-	def(&c.CacheSize, DefaultCacheSize)
-	if c.CacheSize < 0 { // asked for none
-		c.CacheSize = 0
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = DefaultReadTimeout
-	}
-	if c.Retries == 0 {
-		c.Retries = DefaultRetries
-	}
-	if c.Retries < 0 { // asked for none
-		c.Retries = 0
-	}
-	def(&c.StreamMinRate, DefaultStreamMinRate)
-	if c.DirectIOMinSize <= 0 {
-		c.DirectIOMinSize = DefaultDirectIOMinSize
-	}
-	if c.StreamIdle == 0 {
-		c.StreamIdle = DefaultStreamIdle
+// Validate refuses a configuration the core cannot run, naming the field.
+func (c Config) Validate() error {
+	if err := c.ReadLimits.Validate(); err != nil {
+		return err
 	}
 	bs := int64(c.BlockSize)
 	switch {
+	case c.MetaTTL < 0:
+		return setting.Refuse("MetaTTL", c.MetaTTL, "must be 0 (names not cached) or more")
+	case c.NegativeTTL < 0:
+		return setting.Refuse("NegativeTTL", c.NegativeTTL, "must be 0 (missing names not cached) or more")
+	case c.MetaEntries < 1:
+		return setting.Refuse("MetaEntries", c.MetaEntries, "at least 1")
 	case c.BlockSize < 4096:
-		return fmt.Errorf("--block-size %d: at least 4096 bytes", c.BlockSize)
+		return setting.RefuseSize("BlockSize", bs, "at least 4096 bytes")
 	case c.PartSize < bs || c.PartSize%bs != 0:
-		return fmt.Errorf("--part-size %d: a multiple of --block-size %d", c.PartSize, bs)
+		return setting.RefuseSize("PartSize", c.PartSize, "a multiple of the block size (%s)", setting.Size(bs))
 	case c.InitialWindow < bs:
-		return fmt.Errorf("--initial-window %d: at least one block (%d)", c.InitialWindow, bs)
+		return setting.RefuseSize("InitialWindow", c.InitialWindow, "at least one block (%s)", setting.Size(bs))
 	case c.MaxWindow < c.InitialWindow:
-		return fmt.Errorf("--max-window %d: at least --initial-window %d", c.MaxWindow, c.InitialWindow)
+		return setting.RefuseSize("MaxWindow", c.MaxWindow, "at least the initial window (%s)", setting.Size(c.InitialWindow))
 	case c.MemoryLimit < 4*c.PartSize:
-		return fmt.Errorf("--memory-limit %d: at least four parts (%d)", c.MemoryLimit, 4*c.PartSize)
-	case c.CacheSize > c.MemoryLimit:
-		return fmt.Errorf("--cache-size %d: between 0 and --memory-limit %d", c.CacheSize, c.MemoryLimit)
-	case c.StreamIdle < 0:
-		return fmt.Errorf("--stream-idle %s: not negative", c.StreamIdle)
+		return setting.RefuseSize("MemoryLimit", c.MemoryLimit, "at least four parts (%s)", setting.Size(4*c.PartSize))
+	case c.CacheSize < 0 || c.CacheSize > c.MemoryLimit:
+		return setting.RefuseSize("CacheSize", c.CacheSize, "between 0 and the memory limit (%s): the cache is part of it", setting.Size(c.MemoryLimit))
+	case c.StreamMinRate < 0:
+		return setting.RefuseSize("StreamMinRate", c.StreamMinRate, "must be 0 (never judged slow) or more")
+	case c.StreamIdle <= 0:
+		return setting.Refuse("StreamIdle", c.StreamIdle, "must be above 0")
+	case c.DirectIOMinSize <= 0:
+		return setting.RefuseSize("DirectIOMinSize", c.DirectIOMinSize, "must be above 0 (DirectIOAlways reads every object with direct I/O)")
+	case c.DirectIO < DirectIOAuto || c.DirectIO > DirectIONever:
+		return setting.Refuse("DirectIO", int(c.DirectIO), "not a policy")
 	case c.Prefix != "" && c.Bucket == "":
-		return errors.New("--bucket: a prefix needs a bucket name before it")
+		return setting.Refuse("Prefix", c.Prefix, "a prefix needs a bucket")
 	}
+	return nil
+}
+
+// normalize makes Prefix a directory's: "" or ending in '/'.
+func (c *Config) normalize() {
 	if c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/") {
 		c.Prefix += "/"
 	}
-	return nil
 }
 
 // Entry is one name in the mount: a directory (a bucket, a common prefix or
@@ -274,9 +255,10 @@ type FS struct {
 
 // New builds the core. It sends no request: Check does that.
 func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*FS, error) {
-	if err := cfg.applyDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.normalize()
 	blocks, err := cache.NewStore(cache.StoreConfig{BlockSize: cfg.BlockSize, MemoryLimit: cfg.MemoryLimit, CacheLimit: cfg.CacheSize})
 	if err != nil {
 		return nil, err
@@ -304,7 +286,7 @@ func (f *FS) Logger() *slog.Logger { return f.log }
 // Blocks exposes the block store for metrics and tests.
 func (f *FS) Blocks() *cache.Store { return f.blocks }
 
-// Config returns the effective configuration, defaults applied.
+// Config returns the configuration, its prefix normalized.
 func (f *FS) Config() Config { return f.cfg }
 
 // DirectIO reports whether an open of an object of size bytes bypasses the

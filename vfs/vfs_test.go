@@ -18,6 +18,47 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
 
+// testConfig is cfg with DefaultConfig's value in each field cfg leaves 0,
+// and 0 where it says -1 (no cache, no retries, never slow), so that a
+// test names only what it is about.
+func testConfig(cfg Config) Config {
+	d := DefaultConfig()
+	or := func(v *int64, def int64) {
+		switch {
+		case *v == 0:
+			*v = def
+		case *v < 0:
+			*v = 0
+		}
+	}
+	ord := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	ord(&cfg.MetaTTL, d.MetaTTL)
+	ord(&cfg.NegativeTTL, d.NegativeTTL)
+	ord(&cfg.ReadTimeout, d.ReadTimeout)
+	ord(&cfg.StreamIdle, d.StreamIdle)
+	if cfg.MetaEntries == 0 {
+		cfg.MetaEntries = d.MetaEntries
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = d.BlockSize
+	}
+	retries := int64(cfg.Retries)
+	or(&retries, int64(d.Retries))
+	cfg.Retries = int(retries)
+	or(&cfg.PartSize, d.PartSize)
+	or(&cfg.InitialWindow, d.InitialWindow)
+	or(&cfg.MaxWindow, d.MaxWindow)
+	or(&cfg.MemoryLimit, d.MemoryLimit)
+	or(&cfg.CacheSize, d.CacheSize)
+	or(&cfg.StreamMinRate, d.StreamMinRate)
+	or(&cfg.DirectIOMinSize, d.DirectIOMinSize)
+	return cfg
+}
+
 func newTestFS(t *testing.T, store objstore.Store, cfg Config) *FS {
 	t.Helper()
 	if cfg.Bucket == "" {
@@ -25,7 +66,7 @@ func newTestFS(t *testing.T, store objstore.Store, cfg Config) *FS {
 	}
 	var f *FS
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	f, err := New(store, cfg, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f, err := New(store, testConfig(cfg), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,21 +376,39 @@ func TestChangedObjectFailsAndIsForgotten(t *testing.T) {
 	}
 }
 
-func TestConfigErrorsNameTheFlag(t *testing.T) {
+// A refused configuration names the field, and no flag: the command names
+// its flags itself.
+func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, c := range []struct {
 		cfg  Config
-		flag string
+		want string
 	}{
-		{Config{BlockSize: 100}, "--block-size"},
-		{Config{PartSize: 3<<20 + 1<<19}, "--part-size"},
-		{Config{MemoryLimit: 1 << 20}, "--memory-limit"},
-		{Config{CacheSize: 4 << 30}, "--cache-size"},
-		{Config{MaxWindow: 1 << 12, InitialWindow: 1 << 20}, "--max-window"},
+		{Config{BlockSize: 100}, "BlockSize 100: "},
+		{Config{PartSize: 3<<20 + 1<<19}, "PartSize 3584KiB: a multiple of the block size (1MiB)"},
+		{Config{MemoryLimit: 1 << 20}, "MemoryLimit 1MiB: "},
+		{Config{CacheSize: 4 << 30}, "CacheSize 4GiB: "},
+		{Config{MaxWindow: 1 << 12, InitialWindow: 1 << 20}, "MaxWindow 4KiB: "},
+		{Config{MetaTTL: -time.Second}, "MetaTTL -1s: "},
+		{Config{NegativeTTL: -time.Second}, "NegativeTTL -1s: "},
+		{Config{ReadLimits: objstore.ReadLimits{ReadTimeout: -time.Second}}, "ReadTimeout -1s: must be above 0"},
 	} {
-		err := c.cfg.applyDefaults()
-		if err == nil || !strings.Contains(err.Error(), c.flag) {
-			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.flag)
+		err := testConfig(c.cfg).Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "--") {
+			t.Errorf("%+v: error %v, want one naming %q and no flag", c.cfg, err, c.want)
 		}
+	}
+	bad := testConfig(Config{})
+	bad.Retries = -2
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "Retries -2: ") {
+		t.Errorf("Retries -2: %v", err)
+	}
+	// Zero is a value, not "the default": a core made of a zero
+	// configuration is refused rather than quietly given one.
+	if _, err := New(nil, Config{}, metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), slog.New(slog.DiscardHandler)); err == nil {
+		t.Error("New with a zero Config: no error")
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig: %v", err)
 	}
 }
 

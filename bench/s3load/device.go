@@ -26,15 +26,13 @@ const deviceSlotSize = 4 << 20
 // stagingShape is the stager's shape, so that the design's bound can be
 // measured at other shapes than the daemon's.
 type stagingShape struct {
-	slotSize, perGet, copyStreams int
+	slotSize, copyStreams int
 }
 
 func (s stagingShape) check() error {
 	switch {
 	case s.slotSize < 64<<10 || s.slotSize > 1<<30:
 		return fmt.Errorf("--slot-size %d: between 65536 and 1073741824 bytes", s.slotSize)
-	case s.perGet < 0 || s.perGet > 64:
-		return fmt.Errorf("--slots-per-get %d: from 0 (a pool shared by every GET) to 64", s.perGet)
 	case s.copyStreams < 1 || s.copyStreams > 1024:
 		return fmt.Errorf("--copy-streams %d: from 1 to 1024", s.copyStreams)
 	}
@@ -46,14 +44,11 @@ func newDeviceSink(device, workers int, bufSize int64, toDevice bool, shape stag
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)
 	}
-	// Every worker's slots, and a few to spare; a pool of the daemon's
-	// four slots per GET in flight.
-	perGet := shape.perGet
-	if perGet == 0 {
-		perGet = 4
-	}
+	// One pool, as the daemon's: four slots per GET in flight, and a
+	// few to spare.
+	const perGet = 4
 	st, err := backend.NewStager(device, cufile.StagerConfig{
-		SlotSize: shape.slotSize, Slots: perGet*workers + 8, Streams: shape.copyStreams, PerCopier: shape.perGet,
+		SlotSize: shape.slotSize, Slots: perGet*workers + 8, Streams: shape.copyStreams,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)

@@ -4,7 +4,7 @@
 //
 //	s3load put --endpoint URL --bucket B --prefix P --count N --size BYTES [--seed S]
 //	s3load get --endpoint URL --bucket B --keys k1,k2,... --workers W [--seconds T]
-//	           [--ring N | --device GPU [--device-copy=false] [--slot-size BYTES] [--slots-per-get N]
+//	           [--ring N | --device GPU [--device-copy=false] [--slot-size BYTES]
 //	           [--copy-streams N]] [--part BYTES] [--read-buffer BYTES]
 //
 // With --device each body lands in a device buffer of its worker through
@@ -151,7 +151,6 @@ func get(args []string) error {
 	readBuffer := fs.Int("read-buffer", 0, "the HTTP connection's read buffer in bytes (0: Go's default; the daemon's is 262144)")
 	var shape stagingShape
 	fs.IntVar(&shape.slotSize, "slot-size", 4<<20, "with --device, bytes per pinned slot (the daemon's --staging-slot-size)")
-	fs.IntVar(&shape.perGet, "slots-per-get", 0, "with --device, slots each GET cycles through, 0 for a pool shared by every GET (the daemon's --staging-per-copier)")
 	fs.IntVar(&shape.copyStreams, "copy-streams", 8, "with --device, CUDA streams the GETs' copies share")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -72,10 +72,10 @@ func TestPlanGetsCoversEveryObjectOnce(t *testing.T) {
 // fills slots without touching the buffer.
 func TestDeviceSinkLandsEveryByte(t *testing.T) {
 	for _, cfg := range []cufile.StagerConfig{
-		{SlotSize: deviceSlotSize, Slots: 4, Streams: 2, PerCopier: 2},
-		{SlotSize: 64 << 10, Slots: 5, Streams: 1, PerCopier: 3},
+		{SlotSize: deviceSlotSize, Slots: 4, Streams: 2},
+		{SlotSize: 64 << 10, Slots: 5, Streams: 1},
 	} {
-		t.Run(fmt.Sprintf("slots_%d_x%d", cfg.SlotSize, cfg.PerCopier), func(t *testing.T) { deviceSinkLandsEveryByte(t, cfg) })
+		t.Run(fmt.Sprintf("slots_%d_x%d", cfg.SlotSize, cfg.Slots), func(t *testing.T) { deviceSinkLandsEveryByte(t, cfg) })
 	}
 }
 
@@ -145,7 +145,6 @@ func TestDeviceShapeFlagsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"--slot-size", "1000"}, "--slot-size 1000"},
-		{[]string{"--slots-per-get", "-1"}, "--slots-per-get -1"},
 		{[]string{"--copy-streams", "-1"}, "--copy-streams -1"},
 	} {
 		err := get(append([]string{"--endpoint", "http://127.0.0.1:1", "--bucket", "b", "--keys", "a", "--device", "0"}, c.args...))

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 )
 
 // The demo's credentials only guard an endpoint on loopback that lives as
@@ -97,22 +99,20 @@ func runDemo(args []string) error {
 	if maddr == "off" {
 		maddr = ""
 	}
-	cfg := daemon.Config{
-		Mountpoint:  mp,
-		S3:          daemon.S3Config{Endpoint: endpoint, Region: "us-east-1", Credentials: daemon.StaticCredentials(demoAccess, demoSecret)},
-		MetricsAddr: maddr,
-		ReadAhead:   daemon.DefaultReadAhead,
-		Log:         log,
-	}
+	cfg := daemon.Default()
+	cfg.Mountpoint = mp
+	cfg.S3.Endpoint, cfg.S3.Credentials = endpoint, daemon.StaticCredentials(demoAccess, demoSecret)
+	cfg.Metrics.Addr = maddr
+	cfg.Log = log
 	cfg.Core.Bucket = demoBucket
 	// GPU reads in the demo run anywhere: host memory files stand in for
 	// device buffers, and the loopback fabric emulates RDMA writes in
 	// process. Both are named as such wherever they are reported.
-	cfg.GPU = daemon.GPUConfig{Mode: "host-standin", StandinDir: work, RDMA: "loopback"}
-	cfg.FS.UID, cfg.FS.GID = uint32(os.Getuid()), uint32(os.Getgid())
+	cfg.GPU.Mode, cfg.GPU.StandinDir, cfg.GPU.RDMA = "host-standin", work, "loopback"
 	d, err := daemon.Start(cfg)
-	if err != nil && maddr != "" && strings.Contains(err.Error(), "--metrics-addr") {
-		cfg.MetricsAddr = "127.0.0.1:0" // the default port is taken: any port will do
+	var se *setting.Error
+	if maddr != "" && errors.As(err, &se) && se.Name == "Metrics.Addr" {
+		cfg.Metrics.Addr = "127.0.0.1:0" // the default port is taken: any port will do
 		d, err = daemon.Start(cfg)
 	}
 	if err != nil {

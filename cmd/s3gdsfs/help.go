@@ -15,11 +15,19 @@ const optionsIntro = "A flag takes its value as `--name=value` or `--name value`
 	"(`--splice /mnt`; write `./never` for a mountpoint named so). " +
 	"SIZE is bytes or a unit: `512KiB`, `64MiB`, `2GiB` (`KB`, `MB`, `GB` are powers of ten); DURATION is `500ms`, `30s`, `1m`."
 
-// README.md's flag table lies between these lines.
+// README.md's flag table lies between these lines, and docs/operations.md's
+// table of advanced flags between the second pair.
 const (
-	markdownBegin = "<!-- mount flags: made by `s3gdsfs mount --help-markdown` from cmd/s3gdsfs/options.go; TestReadmeFlagTable checks it -->"
-	markdownEnd   = "<!-- end of mount flags -->"
+	markdownBegin         = "<!-- mount flags: made by `s3gdsfs mount --help-markdown` from cmd/s3gdsfs/options.go; TestReadmeFlagTable checks it -->"
+	markdownEnd           = "<!-- end of mount flags -->"
+	markdownAdvancedBegin = "<!-- advanced mount flags: made by `s3gdsfs mount --help-markdown-advanced` from cmd/s3gdsfs/options.go; TestReadmeFlagTable checks it -->"
+	markdownAdvancedEnd   = "<!-- end of advanced mount flags -->"
 )
+
+// advancedIntro heads the advanced flags, in `mount --help-all` and
+// docs/operations.md.
+const advancedIntro = "Advanced flags tune the read paths and are what the benchmarks vary (docs/benchmarks.md); " +
+	"their defaults are the measured best. They are written as the others are."
 
 // usageLine is the option as the usage shows it: --name ARG, --name [ARG]
 // for one that may stand alone, --name for a switch.
@@ -53,10 +61,14 @@ func (o *option) notes(link func(string) string) []string {
 	return n
 }
 
-func (s *optionSet) groups() (names []string, members map[string][]*option) {
+// groups are the options of one tier by group, in order.
+func (s *optionSet) groups(advanced bool) (names []string, members map[string][]*option) {
 	members = map[string][]*option{}
 	for i := range s.list {
 		o := &s.list[i]
+		if o.advanced != advanced {
+			continue
+		}
 		if members[o.group] == nil {
 			names = append(names, o.group)
 		}
@@ -67,9 +79,21 @@ func (s *optionSet) groups() (names []string, members map[string][]*option) {
 
 func plain(s string) string { return strings.ReplaceAll(s, "`", "") }
 
-// usage is `s3gdsfs mount --help`.
-func (s *optionSet) usage(w io.Writer) {
-	const width, column = 80, 30
+// advancedCount is how many options are advanced.
+func (s *optionSet) advancedCount() int {
+	n := 0
+	for i := range s.list {
+		if s.list[i].advanced {
+			n++
+		}
+	}
+	return n
+}
+
+// usage is `s3gdsfs mount --help`, and with all `--help-all`: the
+// advanced flags too, after the others.
+func (s *optionSet) usage(w io.Writer, all bool) {
+	const width = 80
 	fmt.Fprint(w, `usage: s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
        s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, fstab)
 
@@ -77,9 +101,23 @@ func (s *optionSet) usage(w io.Writer) {
 	for _, line := range wrap(plain(optionsIntro), width) {
 		fmt.Fprintln(w, line)
 	}
-	names, members := s.groups()
+	s.usageTier(w, false, "")
+	if !all {
+		fmt.Fprintf(w, "\n%d advanced flags (tuning and benchmark knobs): s3gdsfs mount --help-all;\ndocs/operations.md lists them.\n", s.advancedCount())
+		return
+	}
+	fmt.Fprintln(w, "\nADVANCED FLAGS")
+	for _, line := range wrap(plain(advancedIntro), width) {
+		fmt.Fprintln(w, line)
+	}
+	s.usageTier(w, true, " (advanced)")
+}
+
+func (s *optionSet) usageTier(w io.Writer, advanced bool, suffix string) {
+	const width, column = 80, 30
+	names, members := s.groups(advanced)
 	for _, g := range names {
-		fmt.Fprintf(w, "\n%s:\n", g)
+		fmt.Fprintf(w, "\n%s%s:\n", g, suffix)
 		for _, o := range members[g] {
 			text := o.help + " (default " + o.def + ")"
 			if n := o.notes(func(doc string) string { return doc }); len(n) > 0 {
@@ -100,23 +138,35 @@ func (s *optionSet) usage(w io.Writer) {
 	}
 }
 
-// markdown is README.md's flag table, between its marker lines.
-func (s *optionSet) markdown() string {
+// markdown is README.md's flag table, between its marker lines, or with
+// advanced docs/operations.md's table of the advanced flags. Their links
+// are relative to the file's own folder.
+func (s *optionSet) markdown(advanced bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n%s\n", markdownBegin, strings.Join(wrap(optionsIntro, 100), "\n"))
+	begin, end, intro := markdownBegin, markdownEnd, optionsIntro
+	link := func(doc string) string { return "[" + doc + "](" + doc + ")" }
+	if advanced {
+		begin, end, intro = markdownAdvancedBegin, markdownAdvancedEnd, advancedIntro
+		link = func(doc string) string { return "[" + doc + "](" + strings.TrimPrefix(doc, "docs/") + ")" }
+	}
+	fmt.Fprintf(&b, "%s\n\n%s\n", begin, strings.Join(wrap(intro, 100), "\n"))
+	if !advanced {
+		fmt.Fprintf(&b, "\n%d advanced flags, tuning and benchmark knobs, are in [docs/operations.md](docs/operations.md#advanced-flags) "+
+			"and `s3gdsfs mount --help-all`.\n", s.advancedCount())
+	}
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-	names, members := s.groups()
+	names, members := s.groups(advanced)
 	for _, g := range names {
 		fmt.Fprintf(&b, "\n**%s**\n\n| flag | default | meaning |\n| --- | --- | --- |\n", g)
 		for _, o := range members[g] {
 			text := o.help
-			if n := o.notes(func(doc string) string { return "[" + doc + "](" + doc + ")" }); len(n) > 0 {
+			if n := o.notes(link); len(n) > 0 {
 				text += "; " + strings.Join(n, "; ")
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", cell(o.usageLine()), cell(o.def), cell(text))
 		}
 	}
-	fmt.Fprintf(&b, "\n%s\n", markdownEnd)
+	fmt.Fprintf(&b, "\n%s\n", end)
 	return b.String()
 }
 

@@ -107,12 +107,35 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "fuse_poll=soon", mp}, "fuse_poll"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-streams", "0", mp}, "--staging-streams 0"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-streams", "65", mp}, "--staging-streams 65"},
-		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-per-copier", "-1", mp}, "--staging-per-copier -1"},
+		// Removed: one pool of staging slots is the design.
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-per-copier", "2", mp}, "--staging-per-copier"},
+		// Ids are 32 bits: a larger one would wrap to another user's.
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--gid", "4294967296", mp}, "--gid 4294967296: not an id from 0 to 4294967294"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--uid", "4294967295", mp}, "--uid 4294967295: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "uid=8589934592", mp}, "-o uid=8589934592: "},
+		// Timeouts: a negative one would fail every read.
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--read-timeout", "-1s", mp}, "--read-timeout -1s: must be above 0"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--read-timeout", "0", mp}, "--read-timeout 0s: must be above 0"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--connect-timeout", "0", mp}, "--connect-timeout 0s: must be above 0"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--meta-ttl", "-1s", mp}, "--meta-ttl -1s: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--negative-ttl", "-1s", mp}, "--negative-ttl -1s: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "retries=-1", mp}, "--retries -1: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--block-size", "100", mp}, "--block-size 100: at least 4096 bytes"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--rdma-chunk", "4KiB", mp}, "--rdma-chunk 4KiB: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-slot-size", "1KiB", mp}, "--staging-slot-size 1KiB: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--gpu", "off", "--rdma", "loopback", mp}, "--rdma loopback: needs GPU reads"},
+		// An unknown -o option is named without its value, which may be a
+		// secret; a quoted value keeps its commas.
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", "aws_secret_access_key=hunter2", mp}, "-o aws_secret_access_key: unknown option"},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "-o", `comment="a,b",region="x`, mp}, "double quote is not closed"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("s3gdsfs %v: exit %d, stderr %q; want exit %d and a message naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		}
+		if strings.Contains(r.stderr, "hunter2") {
+			t.Errorf("s3gdsfs %v: the refused option's value is in the message: %q", c.args, r.stderr)
 		}
 	}
 }
@@ -131,16 +154,30 @@ func mountConfig(t *testing.T, args ...string) daemon.Config {
 	return cfg
 }
 
-// The staging flags reach the GPU engine's configuration; the default is
-// the pool shared by every GET (PerCopier 0).
-func TestStagingFlagsReachTheEngine(t *testing.T) {
-	def := mountConfig(t, "--endpoint", "http://127.0.0.1:1").GPU
-	if def.PerCopier != 0 || def.CopyStreams != daemon.DefaultStagingStreams {
-		t.Errorf("defaults: per-copier %d, copy streams %d; want 0 and %d", def.PerCopier, def.CopyStreams, daemon.DefaultStagingStreams)
+// The flags reach the configuration's fields, and a mount given none has
+// daemon.Default's: the defaults are written once.
+func TestFlagsReachTheConfiguration(t *testing.T) {
+	def := mountConfig(t, "--endpoint", "http://127.0.0.1:1")
+	want := daemon.Default()
+	if def.GPU.Config != want.GPU.Config || def.Core.BlockSize != want.Core.BlockSize || def.Read != want.Read ||
+		def.S3.ConnectTimeout != want.S3.ConnectTimeout || def.Metrics != want.Metrics {
+		t.Errorf("defaults differ from daemon.Default: GPU %+v read %+v metrics %+v", def.GPU.Config, def.Read, def.Metrics)
 	}
-	got := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--staging-per-copier", "2", "-o", "staging_streams=3").GPU
-	if got.PerCopier != 2 || got.CopyStreams != 3 {
-		t.Errorf("--staging-per-copier 2 -o staging_streams=3: per-copier %d, copy streams %d", got.PerCopier, got.CopyStreams)
+	got := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--staging-slot-size", "2MiB", "-o", "staging_streams=3,read_timeout=7s,retries=0",
+		"--gid", "4294967294", "--meta-ttl", "0", "--pprof", "--gpu-raw-gets=false")
+	if got.GPU.Staging.SlotSize != 2<<20 || got.GPU.Staging.Streams != 3 || got.Read.ReadTimeout != 7*time.Second || got.Read.Retries != 0 ||
+		got.FS.GID != 4294967294 || got.Core.MetaTTL != 0 || !got.Metrics.Pprof || !got.GPU.ClientGets {
+		t.Errorf("flags not applied: staging %+v, read %+v, gid %d, meta-ttl %v, pprof %v, client gets %v",
+			got.GPU.Staging, got.Read, got.FS.GID, got.Core.MetaTTL, got.Metrics.Pprof, got.GPU.ClientGets)
+	}
+}
+
+// -o values in double quotes keep their commas, as mount(8) and fstab
+// read them, and lose the quotes.
+func TestQuotedOptionValues(t *testing.T) {
+	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "-o", `comment="a,b",region="eu,west",log_level=warn`)
+	if cfg.S3.Region != "eu,west" {
+		t.Errorf(`-o comment="a,b",region="eu,west": region %q, want eu,west`, cfg.S3.Region)
 	}
 }
 
@@ -158,13 +195,13 @@ func TestDirectIOFlagForms(t *testing.T) {
 	} {
 		args := append([]string{"--endpoint", "http://127.0.0.1:1"}, c.args...)
 		cfg := mountConfig(t, args...)
-		if cfg.FS.DirectIO != c.want {
-			t.Errorf("%v: direct I/O policy %v, want %v", c.args, cfg.FS.DirectIO, c.want)
+		if cfg.Core.DirectIO != c.want {
+			t.Errorf("%v: direct I/O policy %v, want %v", c.args, cfg.Core.DirectIO, c.want)
 		}
 	}
 	mf, _, _ := parseMountArgs([]string{"--endpoint", "http://x:1", "-o", "direct_io_min_size=8MiB", "/mnt"}, false)
-	if cfg, _ := mf.config("/mnt", nil); cfg.FS.DirectIOMinSize != 8<<20 {
-		t.Errorf("direct_io_min_size=8MiB gave %d bytes", cfg.FS.DirectIOMinSize)
+	if cfg, _ := mf.config("/mnt", nil); cfg.Core.DirectIOMinSize != 8<<20 {
+		t.Errorf("direct_io_min_size=8MiB gave %d bytes", cfg.Core.DirectIOMinSize)
 	}
 }
 
@@ -181,7 +218,7 @@ func TestStreamFlagForms(t *testing.T) {
 		{"https://52.216.0.1", nil, false, 64 << 20},
 		{"https://52.216.0.1", []string{"--stream"}, true, 64 << 20},
 		{"http://10.0.0.7:9000", []string{"--stream=never"}, false, 64 << 20},
-		{"http://127.0.0.1:1", []string{"-o", "stream=off,stream_min_rate=0"}, false, -1},
+		{"http://127.0.0.1:1", []string{"-o", "stream=off,stream_min_rate=0"}, false, 0},
 		{"http://127.0.0.1:1", []string{"--stream-min-rate", "1GiB"}, true, 1 << 30},
 	} {
 		args := append([]string{"--endpoint", c.endpoint}, c.args...)
@@ -197,7 +234,7 @@ func TestStreamFlagForms(t *testing.T) {
 // A mount given no --metrics-addr serves its metrics, which name buckets
 // and keys, on loopback only.
 func TestMetricsListenOnLoopbackByDefault(t *testing.T) {
-	addr := mountConfig(t, "--endpoint", "http://127.0.0.1:1").MetricsAddr
+	addr := mountConfig(t, "--endpoint", "http://127.0.0.1:1").Metrics.Addr
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || !net.ParseIP(host).IsLoopback() {
 		t.Fatalf("metrics address %q (%v) without --metrics-addr, want a loopback one", addr, err)
@@ -206,9 +243,9 @@ func TestMetricsListenOnLoopbackByDefault(t *testing.T) {
 
 func TestZeroFlagsMeanNone(t *testing.T) {
 	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--cache-size", "0", "--retries", "0", "--stream-min-rate", "0")
-	if cfg.Core.CacheSize != -1 || cfg.Core.Retries != -1 || cfg.Core.StreamMinRate != -1 || cfg.GPU.Retries != -1 {
-		t.Fatalf("cache %d, retries %d, stream min rate %d, GPU retries %d: want -1 (none) each",
-			cfg.Core.CacheSize, cfg.Core.Retries, cfg.Core.StreamMinRate, cfg.GPU.Retries)
+	if cfg.Core.CacheSize != 0 || cfg.Read.Retries != 0 || cfg.Core.StreamMinRate != 0 {
+		t.Fatalf("cache %d, retries %d, stream min rate %d: want 0 (none) each",
+			cfg.Core.CacheSize, cfg.Read.Retries, cfg.Core.StreamMinRate)
 	}
 	core, err := vfs.New(nil, cfg.Core, metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"os/user"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -18,50 +17,6 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
-
-// mountFlags are the mount command's settings; each can also be given as
-// -o name=value (fstab).
-type mountFlags struct {
-	endpoint, bucket, region, caBundle string
-	credentialsFile, profile           string
-	virtualHost                        bool
-	uid, gid                           uint
-	fileMode, dirMode                  modeFlag
-	allowOther                         bool
-	memoryLimit, cacheSize             sizeFlag
-	blockSize, partSize, readAhead     sizeFlag
-	initialWindow, maxWindow           sizeFlag
-	metaTTL, negativeTTL               time.Duration
-	connectTimeout, readTimeout        time.Duration
-	retries                            int
-	stream, splice                     policyFlag
-	fusePoll                           time.Duration
-	streamMinRate                      sizeFlag
-	streamIdle                         time.Duration
-	metricsAddr                        string
-	logLevel, logFile                  string
-	foreground                         bool
-	debugFUSE                          bool
-	directIO                           directIOFlag
-	directIOMinSize                    sizeFlag
-	gpu, standinDir                    string
-	standinAllowOther                  bool
-	rdma, rdmaLib                      string
-	declineIsError, gpuShare           bool
-	gpuRawGets                         bool
-	gpuStreams, stagingSlots, gpuOps   int
-	gpuTargetStreams, stagingPerCopier int
-	stagingStreams                     int
-	gpuBytes, rdmaChunk, gpuPart       sizeFlag
-	stagingSlotSize                    sizeFlag
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 // helperFlags are the flags mount(8) gives a mount helper besides -o:
 // "mount.fuse.s3gdsfs SOURCE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTS]
@@ -150,8 +105,10 @@ func parseMountCommand(args []string, helperForm bool) (mountFlags, []string, he
 	return mf, positional, h, nil
 }
 
+// config is the mount's configuration, checked (daemon.Config.Validate);
+// a refused setting is named by its flag.
 func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config, error) {
-	if mf.endpoint == "" {
+	if mf.S3.Endpoint == "" {
 		return daemon.Config{}, usagef("--endpoint is required (or set AWS_ENDPOINT_URL)")
 	}
 	bucket, prefix, _ := strings.Cut(mf.bucket, "/")
@@ -161,126 +118,26 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	if strings.Contains(prefix, "//") {
 		return daemon.Config{}, usagef("--bucket %q: the prefix has an empty segment", mf.bucket)
 	}
-	if mf.fileMode&^0o7777 != 0 || mf.dirMode&^0o7777 != 0 {
-		return daemon.Config{}, usagef("--file-mode/--dir-mode: permission bits only")
+	if p := mf.FS.PollRequests; p > daemon.MaxPollRequests {
+		return daemon.Config{}, usagef("--fuse-poll %s: from 0 (none) to %s", formatDuration(p), formatDuration(daemon.MaxPollRequests))
 	}
-	if mf.retries < 0 {
-		return daemon.Config{}, usagef("--retries %d: must be 0 or more", mf.retries)
+	cfg := mf.Config
+	cfg.Mountpoint = mountpoint
+	cfg.Core.Bucket, cfg.Core.Prefix = bucket, prefix
+	cfg.Core.NoStream = !mf.stream.on(mf.S3.Endpoint)
+	cfg.FS.FsName = "s3gdsfs:" + mf.bucket
+	cfg.Log = log
+	if err := cfg.Validate(); err != nil {
+		return daemon.Config{}, named(err, true)
 	}
-	if mf.fusePoll < 0 || mf.fusePoll > maxFusePoll {
-		return daemon.Config{}, usagef("--fuse-poll %s: from 0 to %s", mf.fusePoll, maxFusePoll)
-	}
-	if mf.streamIdle <= 0 {
-		return daemon.Config{}, usagef("--stream-idle %s: must be above 0", mf.streamIdle)
-	}
-	for _, n := range []struct {
-		flag  string
-		value int
-	}{{"gpu-streams", mf.gpuStreams}, {"gpu-target-streams", mf.gpuTargetStreams}, {"gpu-max-ops", mf.gpuOps}, {"staging-slots", mf.stagingSlots}, {"staging-streams", mf.stagingStreams}} {
-		if n.value < 1 {
-			return daemon.Config{}, usagef("--%s %d: at least 1", n.flag, n.value)
-		}
-	}
-	if mf.directIOMinSize <= 0 {
-		return daemon.Config{}, usagef("--direct-io-min-size %s: must be above 0 (--direct-io=always reads every object with direct I/O)", mf.directIOMinSize.String())
-	}
-	if mf.gpuPart != 0 && mf.gpuPart < 1<<20 {
-		return daemon.Config{}, usagef("--gpu-part-size %s: 0 or at least 1MiB", mf.gpuPart.String())
-	}
-	if mf.stagingPerCopier < 0 || mf.stagingPerCopier > mf.stagingSlots {
-		return daemon.Config{}, usagef("--staging-per-copier %d: from 0 to --staging-slots (%d)", mf.stagingPerCopier, mf.stagingSlots)
-	}
-	if mf.stagingStreams > 64 {
-		return daemon.Config{}, usagef("--staging-streams %d: from 1 to 64", mf.stagingStreams)
-	}
-	if mf.rdmaChunk < 1<<20 || mf.rdmaChunk > 1<<30 {
-		return daemon.Config{}, usagef("--rdma-chunk %s: between 1MiB and 1GiB", mf.rdmaChunk.String())
-	}
-	if mf.stagingSlotSize < 64<<10 || mf.stagingSlotSize > 1<<30 {
-		return daemon.Config{}, usagef("--staging-slot-size %s: between 64KiB and 1GiB", mf.stagingSlotSize.String())
-	}
-	if mf.rdma != "off" && mf.gpu == "off" {
-		return daemon.Config{}, usagef("--rdma %s needs GPU reads (--gpu is off)", mf.rdma)
-	}
-	metrics := mf.metricsAddr
-	if metrics == "off" {
-		metrics = ""
-	}
-	var creds *daemon.Credentials // nil: the standard chain
 	if mf.credentialsFile != "" {
-		var err error
-		if creds, err = credentialsFromFile(mf.credentialsFile, mf.profile); err != nil {
+		creds, err := credentialsFromFile(mf.credentialsFile, mf.profile)
+		if err != nil {
 			return daemon.Config{}, err
 		}
+		cfg.S3.Credentials = creds
 	}
-	return daemon.Config{
-		Mountpoint: mountpoint,
-		S3: daemon.S3Config{
-			Endpoint:       mf.endpoint,
-			Region:         mf.region,
-			CABundle:       mf.caBundle,
-			VirtualHost:    mf.virtualHost,
-			Credentials:    creds,
-			ConnectTimeout: mf.connectTimeout,
-			// Lookups and listings wait no longer for a reply than reads
-			// wait for their bytes.
-			ResponseTimeout: mf.readTimeout,
-		},
-		Core: vfs.Config{
-			Bucket:        bucket,
-			Prefix:        prefix,
-			MetaTTL:       mf.metaTTL,
-			NegativeTTL:   mf.negativeTTL,
-			BlockSize:     int(mf.blockSize),
-			PartSize:      int64(mf.partSize),
-			InitialWindow: int64(mf.initialWindow),
-			MaxWindow:     int64(mf.maxWindow),
-			MemoryLimit:   int64(mf.memoryLimit),
-			CacheSize:     zeroMeansNone(int64(mf.cacheSize)),
-			ReadTimeout:   mf.readTimeout,
-			Retries:       zeroMeansNone(mf.retries),
-			NoStream:      !mf.stream.on(mf.endpoint),
-			StreamMinRate: zeroMeansNone(int64(mf.streamMinRate)),
-			StreamIdle:    mf.streamIdle,
-		},
-		FS: daemon.FSConfig{
-			UID: uint32(mf.uid), GID: uint32(mf.gid),
-			FileMode: uint32(mf.fileMode), DirMode: uint32(mf.dirMode),
-			AllowOther:      mf.allowOther,
-			FsName:          "s3gdsfs:" + mf.bucket,
-			Debug:           mf.debugFUSE,
-			DirectIO:        vfs.DirectIO(mf.directIO),
-			DirectIOMinSize: int64(mf.directIOMinSize),
-			PollRequests:    mf.fusePoll,
-		},
-		GPU: daemon.GPUConfig{
-			Mode:           mf.gpu,
-			StandinDir:     mf.standinDir,
-			RDMA:           mf.rdma,
-			RDMALibrary:    mf.rdmaLib,
-			DeclineIsError: mf.declineIsError,
-			Share:          mf.gpuShare,
-			ClientGets:     !mf.gpuRawGets,
-			Streams:        mf.gpuStreams,
-			TargetStreams:  mf.gpuTargetStreams,
-			MaxOps:         mf.gpuOps,
-			MaxBytes:       int64(mf.gpuBytes),
-			RDMAChunk:      int64(mf.rdmaChunk),
-			PartSize:       int64(mf.gpuPart),
-			ReadTimeout:    mf.readTimeout,
-			Retries:        zeroMeansNone(mf.retries),
-			SlotSize:       int(mf.stagingSlotSize),
-			Slots:          mf.stagingSlots,
-			PerCopier:      mf.stagingPerCopier,
-			CopyStreams:    mf.stagingStreams,
-		},
-		Splice:      string(mf.splice),
-		ReadAhead:   int64(mf.readAhead),
-		MetricsAddr: metrics,
-		// CheckTimeout 0: one dial and one wait for the reply's headers,
-		// --connect-timeout + --read-timeout.
-		Log: log,
-	}, nil
+	return cfg, nil
 }
 
 // on resolves --stream for the endpoint.
@@ -292,35 +149,6 @@ func (f policyFlag) on(endpoint string) bool {
 		return false
 	}
 	return daemon.NearEndpoint(endpoint)
-}
-
-// defaultFusePoll is how long a thread that has just replied polls for
-// the next request (threads that have not, while another polls, a
-// twentieth of it): it covers the gap between a reply and a streaming
-// reader's next request, which on a virtual machine whose idle CPUs halt
-// includes the reader's own wake-up and often outlasts a shorter poll, so
-// a single reader read faster with 1 ms than with 50 us, and with either
-// than without polling (docs/benchmarks.md, "Polling for requests").
-// With fewer than 8 CPUs the polling threads take the cores the reader and
-// a local server need, so none there. An idle mount sleeps 1 ms after its
-// last request. maxFusePoll bounds what a thread may spin for nothing.
-func defaultFusePoll() time.Duration {
-	if runtime.NumCPU() >= 8 {
-		return time.Millisecond
-	}
-	return 0
-}
-
-const maxFusePoll = 10 * time.Millisecond
-
-// zeroMeansNone maps a flag's 0 ("none": no retries, no cache, never
-// judged slow) onto the core's negative value, since the core reads 0 as
-// "the default".
-func zeroMeansNone[T int | int64](n T) T {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 func newLogger(level, file string) (*slog.Logger, error) {
@@ -350,7 +178,7 @@ const pipeRaisedEnv = "S3GDSFS_PIPE_MAX_SIZE_WAS"
 // starts afresh anyway). Without root it leaves the limit, and the mount
 // says why it does not splice.
 func raisePipeLimit(mf *mountFlags, log *slog.Logger) error {
-	if mf.splice == "never" || !mf.stream.on(mf.endpoint) || !strings.HasPrefix(mf.endpoint, "http://") {
+	if mf.Splice == "never" || !mf.stream.on(mf.S3.Endpoint) || !strings.HasPrefix(mf.S3.Endpoint, "http://") {
 		return nil // nothing to splice: leave the limit alone
 	}
 	return raisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "")
@@ -423,6 +251,7 @@ func runMount(args []string, helperForm bool) error {
 		return startInBackground(args, helperForm)
 	}
 	d, err := daemon.Start(cfg)
+	err = named(err, false)
 	ready := readyPipe()
 	if err != nil {
 		if ready != nil {

@@ -1,28 +1,37 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	"github.com/s3gdsfs/s3gdsfs/vfs"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 )
 
 // An option is one setting of the mount command. mountOptions is the only
 // list of them: the flags, the -o options of the mount helper form,
-// `s3gdsfs mount --help` and README.md's flag table (--help-markdown) are
-// all made from it.
+// `s3gdsfs mount --help` (and --help-all), README.md's flag table
+// (--help-markdown) and docs/operations.md's table of advanced flags are
+// all made from it. An option sets a field of the mount's daemon.Config,
+// whose defaults (daemon.Default) and checks (Validate) are the
+// configuration's; a refused field is named here by its flag.
 type option struct {
 	name  string      // the flag without dashes; -o takes it with dashes or underscores
 	group string      // heading it is listed under
-	value optionValue // the mountFlags field it sets, holding its default
+	value optionValue // what it sets, holding its default
 	arg   string      // what the value is, in the usage line (URL, SIZE); none for a switch
 	help  string      // one line: what it does (`code` in backquotes)
+	// advanced options are tuning and benchmark knobs: listed by
+	// `mount --help-all` and docs/operations.md, not by `mount --help`.
+	advanced bool
 	// def is the default as documented, where it is not the value's own
 	// (it depends on the environment or the machine, or is empty).
 	def string
@@ -36,6 +45,10 @@ type option struct {
 	// spellings beside the name.
 	flagOnly   bool
 	optAliases []string
+	// fields are the daemon.Config settings the option decides besides
+	// the one its value points at (--bucket: Core.Bucket and Core.Prefix),
+	// so that a refusal of them names the flag.
+	fields []string
 }
 
 // optionValue is what a flag sets: the value parses its text (errors say
@@ -66,128 +79,146 @@ const (
 
 const benchmarksDoc = "docs/benchmarks.md"
 
+// mountFlags are the mount command's settings: the mount's configuration,
+// which the flags set field by field, and what the command itself reads.
+type mountFlags struct {
+	daemon.Config
+	bucket                   string     // NAME[/PREFIX]: Core.Bucket and Core.Prefix
+	stream                   policyFlag // auto, always, never: Core.NoStream for the endpoint
+	credentialsFile, profile string
+	logLevel, logFile        string
+	foreground               bool
+}
+
 // mountOptions sets mf to the defaults and returns the options that set
 // its fields.
 func mountOptions(mf *mountFlags) []option {
+	mf.Config = daemon.Default()
+	mf.S3.Endpoint = os.Getenv("AWS_ENDPOINT_URL")
+	mf.S3.Region = envOr("AWS_REGION", mf.S3.Region)
+	mf.S3.CABundle = os.Getenv("AWS_CA_BUNDLE")
+	mf.bucket, mf.stream, mf.credentialsFile, mf.profile = "", "auto", "", envOr("AWS_PROFILE", "default")
+	mf.logLevel, mf.logFile, mf.foreground = "info", "", true
+	c := &mf.Config
 	opts := []option{
-		{name: "endpoint", group: groupStore, arg: "URL", value: newString(&mf.endpoint, os.Getenv("AWS_ENDPOINT_URL")), def: "`$AWS_ENDPOINT_URL`",
+		{name: "endpoint", group: groupStore, arg: "URL", value: (*stringValue)(&c.S3.Endpoint), def: "`$AWS_ENDPOINT_URL`",
 			help: "S3 endpoint, `http(s)://host[:port]`; required"},
-		{name: "bucket", group: groupStore, arg: "NAME[/PREFIX]", value: newString(&mf.bucket, ""), def: "every bucket",
+		{name: "bucket", group: groupStore, arg: "NAME[/PREFIX]", value: (*stringValue)(&mf.bucket), def: "every bucket", fields: []string{"Core.Bucket", "Core.Prefix"},
 			help: "mount one bucket, or a prefix of it; without it every bucket the credentials can list is a directory"},
-		{name: "region", group: groupStore, arg: "REGION", value: newString(&mf.region, envOr("AWS_REGION", "us-east-1")), def: "`$AWS_REGION`, else `us-east-1`",
+		{name: "region", group: groupStore, arg: "REGION", value: (*stringValue)(&c.S3.Region), def: "`$AWS_REGION`, else `us-east-1`",
 			help: "S3 region"},
-		{name: "ca-bundle", group: groupStore, arg: "FILE", value: newString(&mf.caBundle, os.Getenv("AWS_CA_BUNDLE")), def: "`$AWS_CA_BUNDLE`, else none",
+		{name: "ca-bundle", group: groupStore, arg: "FILE", value: (*stringValue)(&c.S3.CABundle), def: "`$AWS_CA_BUNDLE`, else none",
 			help: "PEM file of CA certificates trusted beside the system store, for https endpoints"},
-		{name: "credentials-file", group: groupStore, arg: "FILE", value: newString(&mf.credentialsFile, ""), def: "the standard chain",
+		{name: "credentials-file", group: groupStore, arg: "FILE", value: (*stringValue)(&mf.credentialsFile), def: "the standard chain",
 			help: "AWS shared-credentials file to take the keys from, for fstab and systemd; mode 0600, owned by the mounting user or root (docs/operations.md)"},
-		{name: "profile", group: groupStore, arg: "NAME", value: newString(&mf.profile, envOr("AWS_PROFILE", "default")), def: "`$AWS_PROFILE`, else `default`",
+		{name: "profile", group: groupStore, arg: "NAME", value: (*stringValue)(&mf.profile), def: "`$AWS_PROFILE`, else `default`",
 			help: "profile of `--credentials-file` to read"},
-		{name: "virtual-host", group: groupStore, value: newBool(&mf.virtualHost, false), bare: "true",
+		{name: "virtual-host", group: groupStore, value: (*boolValue)(&c.S3.VirtualHost), bare: "true",
 			help: "virtual-hosted-style addressing (`bucket.host`) instead of path-style"},
 
-		{name: "uid", group: groupFiles, arg: "UID", value: newUint(&mf.uid, uint(os.Getuid())), def: "the caller's",
-			help: "owner of every file and directory"},
-		{name: "gid", group: groupFiles, arg: "GID", value: newUint(&mf.gid, uint(os.Getgid())), def: "the caller's",
-			help: "group of every file and directory"},
-		{name: "file-mode", group: groupFiles, arg: "MODE", value: newMode(&mf.fileMode, 0o444),
+		{name: "uid", group: groupFiles, arg: "UID", value: (*idValue)(&c.FS.UID), def: "the caller's",
+			help: "owner of every file and directory (0 to 4294967294)"},
+		{name: "gid", group: groupFiles, arg: "GID", value: (*idValue)(&c.FS.GID), def: "the caller's",
+			help: "group of every file and directory (0 to 4294967294)"},
+		{name: "file-mode", group: groupFiles, arg: "MODE", value: (*modeFlag)(&c.FS.FileMode),
 			help: "permission bits of files, in octal"},
-		{name: "dir-mode", group: groupFiles, arg: "MODE", value: newMode(&mf.dirMode, 0o555),
+		{name: "dir-mode", group: groupFiles, arg: "MODE", value: (*modeFlag)(&c.FS.DirMode),
 			help: "permission bits of directories, in octal"},
-		{name: "allow-other", group: groupFiles, value: newBool(&mf.allowOther, false), bare: "true",
+		{name: "allow-other", group: groupFiles, value: (*boolValue)(&c.FS.AllowOther), bare: "true",
 			help: "let other users use the mount; the modes still apply (docs/operations.md)"},
-		{name: "meta-ttl", group: groupFiles, arg: "DURATION", value: newDuration(&mf.metaTTL, vfs.DefaultMetaTTL),
-			help: "how long names and sizes are cached"},
-		{name: "negative-ttl", group: groupFiles, arg: "DURATION", value: newDuration(&mf.negativeTTL, vfs.DefaultNegativeTTL),
-			help: "how long a missing name is cached"},
+		{name: "meta-ttl", group: groupFiles, arg: "DURATION", value: (*durationValue)(&c.Core.MetaTTL),
+			help: "how long names and sizes are cached; `0`: not cached"},
+		{name: "negative-ttl", group: groupFiles, arg: "DURATION", value: (*durationValue)(&c.Core.NegativeTTL),
+			help: "how long a missing name is cached; `0`: not cached"},
 
-		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: newSize(&mf.memoryLimit, vfs.DefaultMemoryLimit),
+		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.MemoryLimit),
 			help: "all block memory: prefetch buffers and cache"},
-		{name: "cache-size", group: groupMemory, arg: "SIZE", value: newSize(&mf.cacheSize, vfs.DefaultCacheSize),
-			def:  "`" + formatSize(vfs.DefaultCacheSize) + "`, half of `--memory-limit`",
+		{name: "cache-size", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.CacheSize),
+			def:  "`" + formatSize(c.Core.CacheSize) + "`, half of `--memory-limit`",
 			help: "block cache (blocks already read), part of `--memory-limit`; not given, half of it; `0`: none"},
-		{name: "block-size", group: groupMemory, arg: "SIZE", value: newSize(&mf.blockSize, vfs.DefaultBlockSize),
+		{name: "block-size", group: groupMemory, arg: "SIZE", value: (*intSize)(&c.Core.BlockSize), advanced: true,
 			help: "unit of caching and of random reads"},
-		{name: "part-size", group: groupMemory, arg: "SIZE", value: newSize(&mf.partSize, vfs.DefaultPartSize),
+		{name: "part-size", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.PartSize), advanced: true,
 			help: "bytes per ranged GET of a sequential reader"},
-		{name: "initial-window", group: groupMemory, arg: "SIZE", value: newSize(&mf.initialWindow, vfs.DefaultInitialWindow),
+		{name: "initial-window", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.InitialWindow), advanced: true,
 			help: "first prefetch window of a sequential reader; it doubles up to `--max-window`"},
-		{name: "max-window", group: groupMemory, arg: "SIZE", value: newSize(&mf.maxWindow, vfs.DefaultMaxWindow),
+		{name: "max-window", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.MaxWindow), advanced: true,
 			help: "largest prefetch window per open file"},
 
-		{name: "stream", group: groupStream, arg: "WHEN", value: newPolicy(&mf.stream, "auto"), bare: "always",
+		{name: "stream", group: groupStream, arg: "WHEN", value: &mf.stream, bare: "always", fields: []string{"Core.NoStream"},
 			help: "one GET of the whole object feeds a reader that starts at an object's beginning: `auto` when the endpoint is on this host or a private network, " +
 				"`always` (the flag alone) or `never` (ranged GETs only)"},
-		{name: "stream-min-rate", group: groupStream, arg: "SIZE", value: newSize(&mf.streamMinRate, vfs.DefaultStreamMinRate),
+		{name: "stream-min-rate", group: groupStream, arg: "SIZE", value: (*sizeFlag)(&c.Core.StreamMinRate), advanced: true,
 			help: "bytes per second a stream must deliver while it is read, or ranged GETs take over; `0`: never"},
-		{name: "stream-idle", group: groupStream, arg: "DURATION", value: newDuration(&mf.streamIdle, vfs.DefaultStreamIdle),
+		{name: "stream-idle", group: groupStream, arg: "DURATION", value: (*durationValue)(&c.Core.StreamIdle), advanced: true,
 			help: "close a stream that had nothing to read this long"},
-		{name: "splice", group: groupStream, arg: "WHEN", value: newPolicy(&mf.splice, "auto"), bare: "always", why: benchmarksDoc,
+		{name: "splice", group: groupStream, arg: "WHEN", value: (*policyFlag)(&c.Splice), bare: "always", why: benchmarksDoc, advanced: true,
 			help: "feed a direct-I/O reader straight from its stream's socket with `splice(2)`: `auto` over http, `always` (the flag alone; else the mount fails) or `never`"},
 
-		{name: "direct-io", group: groupKernel, arg: "WHEN", value: newDirectIO(&mf.directIO, vfs.DirectIOAuto), bare: "always",
+		{name: "direct-io", group: groupKernel, arg: "WHEN", value: (*directIOFlag)(&c.Core.DirectIO), bare: "always",
 			help: "page cache policy: `auto` (objects of at least `--direct-io-min-size` bypass the page cache, smaller ones use it), `always` (the flag alone) or `never`"},
-		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: newSize(&mf.directIOMinSize, vfs.DefaultDirectIOMinSize),
+		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: (*sizeFlag)(&c.Core.DirectIOMinSize), advanced: true,
 			help: "the smallest object `--direct-io=auto` reads with direct I/O"},
-		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: newSize(&mf.readAhead, daemon.DefaultReadAhead),
+		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: (*sizeFlag)(&c.ReadAhead), advanced: true,
 			help: "kernel readahead for the mount (`0` keeps the kernel's 128KiB; needs root)"},
-		{name: "fuse-poll", group: groupKernel, arg: "DURATION", value: newDuration(&mf.fusePoll, defaultFusePoll()), def: "`1ms` with 8 CPUs or more, else `0`", why: benchmarksDoc,
+		{name: "fuse-poll", group: groupKernel, arg: "DURATION", value: (*durationValue)(&c.FS.PollRequests), def: "`1ms` with 8 CPUs or more, else `0`", why: benchmarksDoc, advanced: true,
 			help: "how long a thread that has just replied polls `/dev/fuse` for the next request before it sleeps, at most " +
-				formatDuration(maxFusePoll) + "; it also fills a spliced reader's next reply ahead; `0`: none"},
-		{name: "debug-fuse", group: groupKernel, value: newBool(&mf.debugFUSE, false), bare: "true", optAliases: []string{"debug"},
+				formatDuration(daemon.MaxPollRequests) + "; it also fills a spliced reader's next reply ahead; `0`: none"},
+		{name: "debug-fuse", group: groupKernel, value: (*boolValue)(&c.FS.Debug), bare: "true", optAliases: []string{"debug"}, advanced: true,
 			help: "log every FUSE request"},
 
-		{name: "connect-timeout", group: groupRetry, arg: "DURATION", value: newDuration(&mf.connectTimeout, 5*time.Second),
-			help: "bound on connecting to the endpoint"},
-		{name: "read-timeout", group: groupRetry, arg: "DURATION", value: newDuration(&mf.readTimeout, vfs.DefaultReadTimeout),
-			help: "a GET that makes no progress this long is retried, then fails with EIO; also bounds the wait for a reply"},
-		{name: "retries", group: groupRetry, arg: "N", value: newInt(&mf.retries, vfs.DefaultRetries),
-			help: "times a failed ranged GET is sent again; `0`: none"},
+		{name: "connect-timeout", group: groupRetry, arg: "DURATION", value: (*durationValue)(&c.S3.ConnectTimeout),
+			help: "bound on connecting to the endpoint; above 0"},
+		{name: "read-timeout", group: groupRetry, arg: "DURATION", value: (*durationValue)(&c.Read.ReadTimeout),
+			help: "a GET that makes no progress this long is retried, then fails with EIO; also bounds the wait for a reply; above 0"},
+		{name: "retries", group: groupRetry, arg: "N", value: (*intValue)(&c.Read.Retries),
+			help: "times a failed GET is sent again; `0`: none"},
 
-		{name: "gpu", group: groupGPU, arg: "MODE", value: newEnum(&mf.gpu, "auto", "auto", "off", "host-standin"),
+		{name: "gpu", group: groupGPU, arg: "MODE", value: &enumValue{&c.GPU.Mode, []string{"auto", "off", "host-standin"}},
 			help: "`auto` (CUDA when the driver loads), `off`, or `host-standin` (a test aid: files under `--host-standin-dir` stand in for device memory)"},
-		{name: "host-standin-dir", group: groupGPU, arg: "DIR", value: newString(&mf.standinDir, "/dev/shm"),
+		{name: "host-standin-dir", group: groupGPU, arg: "DIR", value: (*stringValue)(&c.GPU.StandinDir), advanced: true,
 			help: "directory of the host stand-in buffers, with `--gpu=host-standin`"},
-		{name: "host-standin-allow-other", group: groupGPU, value: newBool(&mf.standinAllowOther, false), bare: "true",
+		{name: "host-standin-allow-other", group: groupGPU, value: (*boolValue)(&c.GPU.StandinAllowOther), bare: "true", advanced: true,
 			help: "accept `--gpu=host-standin` with `--allow-other`: every user may have the daemon write files of theirs under `--host-standin-dir` (docs/operations.md)"},
-		{name: "gpu-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuStreams, daemon.DefaultGPUStreams),
-			help: "most parallel ranged GETs of one GPU read"},
-		{name: "gpu-target-streams", group: groupGPU, arg: "N", value: newInt(&mf.gpuTargetStreams, daemon.DefaultGPUTargetStreams),
-			help: "GETs in flight the GPU reads aim for together: each read takes its share, from one GET of its whole range to `--gpu-streams` ranges", why: benchmarksDoc},
-		{name: "gpu-part-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuPart, 0), def: "`0` (parts sized by load)",
-			help: "largest range of one GET of a GPU read (0 or at least 1MiB), streamed through the staging slots"},
-		{name: "gpu-max-ops", group: groupGPU, arg: "N", value: newInt(&mf.gpuOps, daemon.DefaultGPUMaxOps),
-			help: "server operations of GPU reads in flight, across all callers"},
-		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: newSize(&mf.gpuBytes, daemon.DefaultGPUMaxBytes),
-			help: "bytes of GPU reads in flight, across all callers"},
-		{name: "gpu-share", group: groupGPU, value: newBool(&mf.gpuShare, false), bare: "true",
+		{name: "gpu-share", group: groupGPU, value: (*boolValue)(&c.GPU.Share), bare: "true",
 			help: "GPU reads of one object version into one device share its fetch while in flight; for processes loading the same objects", why: benchmarksDoc},
-		{name: "gpu-raw-gets", group: groupGPU, value: newBool(&mf.gpuRawGets, true), bare: "true",
+		{name: "gpu-streams", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.Streams), advanced: true,
+			help: "most parallel ranged GETs of one GPU read"},
+		{name: "gpu-target-streams", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.TargetStreams), advanced: true,
+			help: "GETs in flight the GPU reads aim for together: each read takes its share, from one GET of its whole range to `--gpu-streams` ranges", why: benchmarksDoc},
+		{name: "gpu-part-size", group: groupGPU, arg: "SIZE", value: (*sizeFlag)(&c.GPU.PartSize), def: "`0` (parts sized by load)", advanced: true,
+			help: "largest range of one GET of a GPU read (0 or at least 1MiB), streamed through the staging slots"},
+		{name: "gpu-max-ops", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.MaxOps), advanced: true,
+			help: "server operations of GPU reads in flight, across all callers"},
+		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: (*sizeFlag)(&c.GPU.MaxBytes), advanced: true,
+			help: "bytes of GPU reads in flight, across all callers"},
+		{name: "gpu-raw-gets", group: groupGPU, value: (*notBool)(&c.GPU.ClientGets), bare: "true", advanced: true,
 			help: "read GPU reads' GET bodies on connections of their own, many bytes per wake-up, where the endpoint is plain HTTP and no proxy is set; `false`: through the HTTP client", why: benchmarksDoc},
-		{name: "staging-slots", group: groupGPU, arg: "N", value: newInt(&mf.stagingSlots, daemon.DefaultStagingSlots),
+		{name: "staging-slots", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.Staging.Slots), advanced: true,
 			help: "pinned staging slots per GPU at most, pinned 64 MiB at a time as GETs need them"},
-		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: newSize(&mf.stagingSlotSize, daemon.DefaultStagingSlotSize),
+		{name: "staging-slot-size", group: groupGPU, arg: "SIZE", value: (*intSize)(&c.GPU.Staging.SlotSize), advanced: true,
 			help: "bytes per pinned staging slot (64KiB to 1GiB)", why: benchmarksDoc},
-		{name: "staging-per-copier", group: groupGPU, arg: "N", value: newInt(&mf.stagingPerCopier, daemon.DefaultStagingPerCopier),
-			help: "`0`: one pool of slots for every GET, the slot freed last taken first; N: N slots of each GET's own, taken back as their copies complete", why: benchmarksDoc},
-		{name: "staging-streams", group: groupGPU, arg: "N", value: newInt(&mf.stagingStreams, daemon.DefaultStagingStreams),
+		{name: "staging-streams", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.Staging.Streams), advanced: true,
 			help: "device streams per GPU that the staging slots' copies go on (1 to 64)"},
-		{name: "rdma", group: groupGPU, arg: "MODE", value: newEnum(&mf.rdma, "off", "off", "loopback", "libs3rdma"),
+		{name: "rdma", group: groupGPU, arg: "MODE", value: &enumValue{&c.GPU.RDMA, []string{"off", "loopback", "libs3rdma"}},
 			help: "RDMA for GPU reads: `off`, `loopback` (an in-process emulation for tests and the demo, never a network) or `libs3rdma`"},
-		{name: "rdma-lib", group: groupGPU, arg: "FILE", value: newString(&mf.rdmaLib, ""), def: "the library search path",
+		{name: "rdma-lib", group: groupGPU, arg: "FILE", value: (*stringValue)(&c.GPU.RDMALibrary), def: "the library search path",
 			help: "path of `libs3rdma.so`"},
-		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: newSize(&mf.rdmaChunk, daemon.DefaultRDMAChunk),
+		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: (*sizeFlag)(&c.GPU.RDMAChunk), advanced: true,
 			help: "largest single RDMA transfer (1MiB to 1GiB); a GPU read is cut into transfers as into HTTP parts, by its share of `--gpu-target-streams`, none larger than this"},
-		{name: "rdma-decline-is-error", group: groupGPU, value: newBool(&mf.declineIsError, false), bare: "true",
+		{name: "rdma-decline-is-error", group: groupGPU, value: (*boolValue)(&c.GPU.DeclineIsError), bare: "true", advanced: true,
 			help: "fail a GPU read whose RDMA transfer is declined (ECANCELED) instead of reading it over HTTP"},
 
-		{name: "foreground", group: groupProcess, value: newBool(&mf.foreground, true), bare: "true", def: "`true`; `false` in the mount helper form",
+		{name: "foreground", group: groupProcess, value: (*boolValue)(&mf.foreground), bare: "true", def: "`true`; `false` in the mount helper form",
 			help: "stay in the foreground until SIGINT or SIGTERM, then unmount"},
-		{name: "log-level", group: groupProcess, arg: "LEVEL", value: newString(&mf.logLevel, "info"),
+		{name: "log-level", group: groupProcess, arg: "LEVEL", value: (*stringValue)(&mf.logLevel),
 			help: "`debug`, `info`, `warn` or `error`"},
-		{name: "log-file", group: groupProcess, arg: "FILE", value: newString(&mf.logFile, ""), def: "stderr",
+		{name: "log-file", group: groupProcess, arg: "FILE", value: (*stringValue)(&mf.logFile), def: "stderr",
 			help: "log to this file instead of stderr"},
-		{name: "metrics-addr", group: groupProcess, arg: "ADDR", value: newString(&mf.metricsAddr, daemon.DefaultMetricsAddr),
-			help: "listen address of Prometheus `/metrics` (and `/debug/pprof`); `off` disables it"},
+		{name: "metrics-addr", group: groupProcess, arg: "ADDR", value: (*addrValue)(&c.Metrics.Addr),
+			help: "listen address of Prometheus `/metrics`; `off` disables it"},
+		{name: "pprof", group: groupProcess, value: (*boolValue)(&c.Metrics.Pprof), bare: "true", advanced: true,
+			help: "also serve Go profiles (`/debug/pprof`) on `--metrics-addr`, to anyone who can connect to it"},
 	}
 	for i := range opts {
 		if opts[i].def == "" {
@@ -197,6 +228,13 @@ func mountOptions(mf *mountFlags) []option {
 	return opts
 }
 
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 // optionSet finds options by flag and by -o spelling.
 type optionSet struct {
 	mf    *mountFlags
@@ -204,6 +242,7 @@ type optionSet struct {
 	flags map[string]*option
 	opts  map[string]*option // keys with dashes
 	given map[string]bool    // options set by a flag or -o, by name
+
 	// sloppy is mount -s: an unknown -o option is ignored with a
 	// warning instead of failing the mount.
 	sloppy bool
@@ -225,11 +264,92 @@ func newOptionSet(mf *mountFlags) *optionSet {
 	return s
 }
 
-// helpFlags print the help; markdownFlag prints README.md's flag table
-// (not listed: it is for keeping the README up to date).
-var helpFlags = map[string]bool{"h": true, "help": true}
+// fieldPaths maps the address of each field of the tree under root to its
+// path (GPU.Staging.Slots), as setting.Error names it: embedded structs add
+// no name of their own.
+func fieldPaths(root any) map[uintptr]string {
+	paths := map[uintptr]string{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := range t.NumField() {
+			f, fv := t.Field(i), v.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name := prefix + f.Name
+			if f.Anonymous {
+				name = strings.TrimSuffix(prefix, ".")
+			}
+			if f.Type.Kind() == reflect.Struct {
+				p := name + "."
+				if name == "" {
+					p = ""
+				}
+				walk(fv, p)
+				continue
+			}
+			paths[fv.Addr().Pointer()] = name
+		}
+	}
+	walk(reflect.ValueOf(root).Elem(), "")
+	return paths
+}
 
-const markdownFlag = "help-markdown"
+// valueAddr is the address of the field an option's value sets.
+func valueAddr(v optionValue) uintptr {
+	if e, ok := v.(*enumValue); ok {
+		return reflect.ValueOf(e.p).Pointer()
+	}
+	return reflect.ValueOf(v).Pointer()
+}
+
+// flagOfField names the flag of each daemon.Config setting an option
+// sets, by the setting's path in the tree (Read.ReadTimeout: read-timeout).
+var flagOfField = sync.OnceValue(func() map[string]string {
+	var mf mountFlags
+	names := map[string]string{}
+	paths := fieldPaths(&mf.Config)
+	for _, o := range mountOptions(&mf) {
+		if p, ok := paths[valueAddr(o.value)]; ok {
+			names[p] = o.name
+		}
+		for _, f := range o.fields {
+			names[f] = o.name
+		}
+	}
+	return names
+})
+
+// named turns a setting the configuration refused (setting.Error, which
+// names the field) into the same refusal naming the flag that sets it.
+// usage says whether it is a mistake in the command line (exit 2) rather
+// than a failure met while mounting.
+func named(err error, usage bool) error {
+	var se *setting.Error
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	text := se.Error()
+	if name, ok := flagOfField()[se.Name]; ok {
+		text = fmt.Sprintf("--%s %s: %s", name, quoteIfNeeded(se.Value), se.Why)
+	}
+	if usage {
+		return usagef("%s", text)
+	}
+	return errors.New(text)
+}
+
+// helpFlags print the help (helpAllFlag every flag, the advanced too);
+// markdownFlag prints README.md's flag table and markdownAdvancedFlag
+// docs/operations.md's (not listed: they keep the docs up to date).
+var helpFlags = map[string]bool{"h": true, "help": true, helpAllFlag: true}
+
+const (
+	helpAllFlag          = "help-all"
+	markdownFlag         = "help-markdown"
+	markdownAdvancedFlag = "help-markdown-advanced"
+)
 
 // parse reads args: flags (one dash or two, a value after '=' or as the next
 // argument), -o LIST (the lists are returned unread, to be applied after
@@ -256,11 +376,14 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
-		if helpFlags[name] || name == markdownFlag {
-			if name == markdownFlag {
-				fmt.Fprint(out, s.markdown())
-			} else {
-				s.usage(out)
+		if helpFlags[name] || name == markdownFlag || name == markdownAdvancedFlag {
+			switch name {
+			case markdownFlag:
+				fmt.Fprint(out, s.markdown(false))
+			case markdownAdvancedFlag:
+				fmt.Fprint(out, s.markdown(true))
+			default:
+				s.usage(out, name == helpAllFlag)
 			}
 			return nil, nil, flag.ErrHelp
 		}
@@ -297,25 +420,22 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 // enough); given, it must fit in it.
 func (s *optionSet) settle() error {
 	mf := s.mf
-	if mf.gpu == "host-standin" && mf.allowOther && !mf.standinAllowOther {
-		return usagef("--gpu=host-standin with --allow-other lets every user have the daemon write files under --host-standin-dir (%s): add --host-standin-allow-other to accept that", mf.standinDir)
-	}
 	if s.given["profile"] && mf.credentialsFile == "" {
 		return usagef("--profile %s: only with --credentials-file (the standard chain takes the profile from $AWS_PROFILE)", mf.profile)
 	}
 	if !s.given["cache-size"] {
 		if s.given["memory-limit"] {
-			mf.cacheSize = mf.memoryLimit / 2
+			mf.Core.CacheSize = mf.Core.MemoryLimit / 2
 		}
 		return nil
 	}
-	if mf.cacheSize > mf.memoryLimit {
-		limit := "--memory-limit " + mf.memoryLimit.String()
+	if mf.Core.CacheSize > mf.Core.MemoryLimit {
+		limit := "--memory-limit " + formatSize(mf.Core.MemoryLimit)
 		if !s.given["memory-limit"] {
 			limit += " (its default)"
 		}
 		return usagef("--cache-size %s is larger than %s: the cache is part of the memory limit; lower --cache-size or raise --memory-limit",
-			mf.cacheSize.String(), limit)
+			formatSize(mf.Core.CacheSize), limit)
 	}
 	return nil
 }
@@ -341,22 +461,59 @@ func ignoredOption(kv string) bool {
 	return kv == "" || fstabNoise[kv] || strings.HasPrefix(kv, "x-") || strings.HasPrefix(kv, "X-") || strings.HasPrefix(kv, "comment=")
 }
 
+// splitOptions splits an -o list at its commas, as mount(8) does: a comma
+// inside double quotes (comment="a,b") is part of the value.
+func splitOptions(list string) ([]string, error) {
+	var opts []string
+	start, quoted := 0, false
+	for i := 0; i < len(list); i++ {
+		switch list[i] {
+		case '"':
+			quoted = !quoted
+		case ',':
+			if !quoted {
+				opts = append(opts, list[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if quoted {
+		return nil, usagef("-o: a double quote is not closed")
+	}
+	return append(opts, list[start:]), nil
+}
+
+// unquote takes the double quotes off a value written in them.
+func unquote(v string) string {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		return v[1 : len(v)-1]
+	}
+	return v
+}
+
 // applyList applies one -o list: key=value or key alone for an option
-// that may stand alone, separated by commas.
+// that may stand alone, separated by commas. An unknown option is named
+// without its value: a value may be a secret (aws_secret_access_key=),
+// and mount errors go to the journal.
 func (s *optionSet) applyList(list string) error {
-	for _, kv := range strings.Split(list, ",") {
+	opts, err := splitOptions(list)
+	if err != nil {
+		return err
+	}
+	for _, kv := range opts {
 		kv = strings.TrimSpace(kv)
 		if ignoredOption(kv) {
 			continue
 		}
 		key, value, hasValue := strings.Cut(kv, "=")
+		value = unquote(value)
 		o := s.opts[strings.ReplaceAll(key, "_", "-")]
 		if o == nil && s.sloppy {
-			fmt.Fprintf(os.Stderr, "s3gdsfs: -o %s: unknown option, ignored (mount -s)\n", kv)
+			fmt.Fprintf(os.Stderr, "s3gdsfs: -o %s: unknown option, ignored (mount -s)\n", key)
 			continue
 		}
 		if o == nil {
-			return usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", kv)
+			return usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", key)
 		}
 		if !hasValue {
 			if o.bare == "" {
@@ -365,7 +522,7 @@ func (s *optionSet) applyList(list string) error {
 			value = o.bare
 		}
 		if err := o.value.Set(value); err != nil {
-			return usagef("-o %s: %v", kv, err)
+			return usagef("-o %s=%s: %v", key, value, err)
 		}
 		s.given[o.name] = true
 	}
@@ -379,23 +536,36 @@ func quoteIfNeeded(v string) string {
 	return v
 }
 
-// The values options set. Each constructor sets the field to its default.
+// The values options set: each is the field it sets, as a type that
+// parses and prints it. The field holds the default (daemon.Default).
 
 type stringValue string
 
-func newString(p *string, def string) *stringValue { *p = def; return (*stringValue)(p) }
-func (v *stringValue) Set(s string) error          { *v = stringValue(s); return nil }
-func (v *stringValue) String() string              { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+// addrValue is a listen address; "off" (printed for "") turns it off.
+type addrValue string
+
+func (v *addrValue) String() string {
+	if *v == "" {
+		return "off"
+	}
+	return string(*v)
+}
+
+func (v *addrValue) Set(s string) error {
+	if s == "off" {
+		s = ""
+	}
+	*v = addrValue(s)
+	return nil
+}
 
 // enumValue is a string with a fixed set of values.
 type enumValue struct {
 	p       *string
 	choices []string
-}
-
-func newEnum(p *string, def string, choices ...string) *enumValue {
-	*p = def
-	return &enumValue{p, choices}
 }
 
 func (v *enumValue) String() string { return *v.p }
@@ -419,7 +589,6 @@ func orList(words []string) string {
 
 type boolValue bool
 
-func newBool(p *bool, def bool) *boolValue { *p = def; return (*boolValue)(p) }
 func (v *boolValue) String() string        { return strconv.FormatBool(bool(*v)) }
 func (v *boolValue) accepts(s string) bool { _, err := strconv.ParseBool(s); return err == nil }
 
@@ -432,10 +601,25 @@ func (v *boolValue) Set(s string) error {
 	return nil
 }
 
+// notBool is a switch that sets a field to its opposite (--gpu-raw-gets
+// is GPU.ClientGets false).
+type notBool bool
+
+func (v *notBool) String() string        { return strconv.FormatBool(!bool(*v)) }
+func (v *notBool) accepts(s string) bool { _, err := strconv.ParseBool(s); return err == nil }
+
+func (v *notBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("use true or false")
+	}
+	*v = notBool(!b)
+	return nil
+}
+
 type intValue int
 
-func newInt(p *int, def int) *intValue { *p = def; return (*intValue)(p) }
-func (v *intValue) String() string     { return strconv.Itoa(int(*v)) }
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
 
 func (v *intValue) Set(s string) error {
 	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
@@ -446,27 +630,26 @@ func (v *intValue) Set(s string) error {
 	return nil
 }
 
-type uintValue uint
+// idValue is a user or group id. The kernel's ids are 32 bits, and
+// 4294967295 is (uid_t)-1, which no file may have: a larger number would
+// wrap to another user's id.
+type idValue uint32
 
-func newUint(p *uint, def uint) *uintValue { *p = def; return (*uintValue)(p) }
-func (v *uintValue) String() string        { return strconv.FormatUint(uint64(*v), 10) }
+const maxID = 1<<32 - 2
 
-func (v *uintValue) Set(s string) error {
-	n, err := strconv.ParseUint(s, 0, strconv.IntSize)
-	if err != nil {
-		return fmt.Errorf("not a whole number of 0 or more")
+func (v *idValue) String() string { return strconv.FormatUint(uint64(*v), 10) }
+
+func (v *idValue) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n > maxID {
+		return fmt.Errorf("not an id from 0 to %d", uint64(maxID))
 	}
-	*v = uintValue(n)
+	*v = idValue(n)
 	return nil
 }
 
 // durationValue prints whole units as they are written (60s, not 1m0s).
 type durationValue time.Duration
-
-func newDuration(p *time.Duration, def time.Duration) *durationValue {
-	*p = def
-	return (*durationValue)(p)
-}
 
 func (v *durationValue) Set(s string) error {
 	d, err := time.ParseDuration(s)
@@ -491,10 +674,19 @@ func formatDuration(d time.Duration) string {
 	return d.String()
 }
 
-func newSize(p *sizeFlag, def int64) *sizeFlag { *p = sizeFlag(def); return p }
+// intSize is a size held in an int field (BlockSize, a slot's size).
+type intSize int
 
-func newMode(p *modeFlag, def uint32) *modeFlag { *p = modeFlag(def); return p }
+func (v *intSize) String() string { return formatSize(int64(*v)) }
 
-func newPolicy(p *policyFlag, def string) *policyFlag { *p = policyFlag(def); return p }
-
-func newDirectIO(p *directIOFlag, def vfs.DirectIO) *directIOFlag { *p = directIOFlag(def); return p }
+func (v *intSize) Set(s string) error {
+	var n sizeFlag
+	if err := n.Set(s); err != nil {
+		return err
+	}
+	if int64(n) > int64(^uint(0)>>1) {
+		return fmt.Errorf("too large")
+	}
+	*v = intSize(n)
+	return nil
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,20 +19,20 @@ import (
 func sample(t *testing.T, o *option) (good, bad string) {
 	t.Helper()
 	switch v := o.value.(type) {
-	case *stringValue:
+	case *stringValue, *addrValue:
 		return "/some/thing", ""
 	case *enumValue:
 		return v.choices[len(v.choices)-1], "bogus-value"
-	case *boolValue:
+	case *boolValue, *notBool:
 		if o.value.String() == "true" {
 			return "false", "bogus-value"
 		}
 		return "true", "bogus-value"
-	case *intValue, *uintValue:
+	case *intValue, *idValue:
 		return "7", "bogus-value"
 	case *durationValue:
 		return "7s", "bogus-value"
-	case *sizeFlag:
+	case *sizeFlag, *intSize:
 		return "3MiB", "bogus-value"
 	case *modeFlag:
 		return "0640", "bogus-value"
@@ -78,7 +79,7 @@ func TestOptionTable(t *testing.T) {
 		if (o.arg == "") != (o.value.String() == "true" || o.value.String() == "false") {
 			t.Errorf("--%s: a switch, and only a switch, has no ARG", o.name)
 		}
-		if helpFlags[o.name] || o.name == markdownFlag {
+		if helpFlags[o.name] || o.name == markdownFlag || o.name == markdownAdvancedFlag {
 			t.Errorf("--%s: taken by the help", o.name)
 		}
 	}
@@ -172,8 +173,8 @@ func TestBareFlagsAndTheSpaceForm(t *testing.T) {
 		}
 	}
 	cfg := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--splice", "never", "--direct-io", "never", "--stream", "never")
-	if cfg.Splice != "never" || cfg.FS.DirectIO != vfs.DirectIONever || !cfg.Core.NoStream {
-		t.Errorf("--splice never --direct-io never --stream never: splice %s, direct I/O %v, no stream %v", cfg.Splice, cfg.FS.DirectIO, cfg.Core.NoStream)
+	if cfg.Splice != "never" || cfg.Core.DirectIO != vfs.DirectIONever || !cfg.Core.NoStream {
+		t.Errorf("--splice never --direct-io never --stream never: splice %s, direct I/O %v, no stream %v", cfg.Splice, cfg.Core.DirectIO, cfg.Core.NoStream)
 	}
 }
 
@@ -186,7 +187,8 @@ func TestOptionMistakesAreNamed(t *testing.T) {
 		{[]string{"/mnt", "--region"}, "--region needs a value"},
 		{[]string{"/mnt", "-o"}, "-o needs"},
 		{[]string{"/mnt", "-o", "region"}, "-o region: needs a value"},
-		{[]string{"/mnt", "-o", "colour=blue"}, "-o colour=blue: unknown option"},
+		{[]string{"/mnt", "-o", "colour=blue"}, "-o colour: unknown option"},
+		{[]string{"/mnt", "-o", `region="a`}, "double quote is not closed"},
 	} {
 		if _, _, err := parsed(t, "region", c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.args, err, c.want)
@@ -194,65 +196,108 @@ func TestOptionMistakesAreNamed(t *testing.T) {
 	}
 }
 
+// `mount --help` lists the flags a user sets and says where the advanced
+// ones are; `mount --help-all` lists every flag.
 func TestMountHelpListsEveryFlag(t *testing.T) {
 	r := runCLI(t, nil, "mount", "--help")
-	if r.code != 0 {
-		t.Fatalf("mount --help: exit %d, stderr %q", r.code, r.stderr)
+	all := runCLI(t, nil, "mount", "--help-all")
+	if r.code != 0 || all.code != 0 {
+		t.Fatalf("mount --help: exit %d, stderr %q; --help-all: exit %d, stderr %q", r.code, r.stderr, all.code, all.stderr)
 	}
 	var mf mountFlags
 	s := newOptionSet(&mf)
+	listed := func(out string, o *option) bool {
+		return strings.Contains(out, "  "+o.usageLine()+" ") || strings.Contains(out, "  "+o.usageLine()+"\n")
+	}
+	user, advanced := 0, 0
 	for i := range s.list {
-		if o := &s.list[i]; !strings.Contains(r.stdout, "  "+o.usageLine()+" ") && !strings.Contains(r.stdout, "  "+o.usageLine()+"\n") {
-			t.Errorf("mount --help does not list %s", o.usageLine())
+		o := &s.list[i]
+		if !listed(all.stdout, o) {
+			t.Errorf("mount --help-all does not list %s", o.usageLine())
 		}
+		if o.advanced {
+			advanced++
+		} else {
+			user++
+		}
+		if listed(r.stdout, o) == o.advanced {
+			t.Errorf("mount --help lists %s: %v; it is advanced: %v", o.usageLine(), listed(r.stdout, o), o.advanced)
+		}
+	}
+	t.Logf("%d flags: %d in --help, %d advanced", len(s.list), user, advanced)
+	if !strings.Contains(r.stdout, fmt.Sprintf("%d advanced flags", advanced)) || !strings.Contains(r.stdout, "--help-all") {
+		t.Errorf("mount --help does not say where the %d advanced flags are", advanced)
 	}
 	for _, g := range []string{groupStore, groupGPU} {
 		if !strings.Contains(r.stdout, "\n"+g+":\n") {
 			t.Errorf("mount --help has no heading %q", g)
 		}
 	}
-	if strings.Contains(r.stdout, markdownFlag) {
-		t.Errorf("mount --help lists --%s", markdownFlag)
-	}
-	for _, line := range strings.Split(r.stdout, "\n") {
-		if len(line) > 80 {
-			t.Errorf("mount --help: line of %d characters: %q", len(line), line)
+	for _, out := range []string{r.stdout, all.stdout} {
+		if strings.Contains(out, markdownFlag) {
+			t.Errorf("mount --help lists --%s", markdownFlag)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if len(line) > 80 {
+				t.Errorf("mount --help: line of %d characters: %q", len(line), line)
+			}
 		}
 	}
-	if md := runCLI(t, nil, "mount", "--help-markdown"); md.code != 0 || md.stdout != s.markdown() {
-		t.Errorf("mount --help-markdown: exit %d, %d bytes; want the table, %d bytes", md.code, len(md.stdout), len(s.markdown()))
+	for _, c := range []struct {
+		flag     string
+		advanced bool
+	}{{markdownFlag, false}, {markdownAdvancedFlag, true}} {
+		if md := runCLI(t, nil, "mount", "--"+c.flag); md.code != 0 || md.stdout != s.markdown(c.advanced) {
+			t.Errorf("mount --%s: exit %d, %d bytes; want the table, %d bytes", c.flag, md.code, len(md.stdout), len(s.markdown(c.advanced)))
+		}
 	}
 }
 
 var updateReadme = flag.Bool("update-readme", false, "write the mount flags' table into README.md")
 
-const readmePath = "../../README.md"
+// The tables the options make, and where they lie.
+var flagTables = []struct {
+	path       string
+	begin, end string
+	advanced   bool
+}{
+	{"../../README.md", markdownBegin, markdownEnd, false},
+	{"../../docs/operations.md", markdownAdvancedBegin, markdownAdvancedEnd, true},
+}
 
-// README.md's flag table is the one the options make.
+// README.md's flag table, and docs/operations.md's of the advanced flags,
+// are the ones the options make.
 func TestReadmeFlagTable(t *testing.T) {
-	b, err := os.ReadFile(readmePath)
+	for _, tb := range flagTables {
+		checkFlagTable(t, tb.path, tb.begin, tb.end, tb.advanced)
+	}
+}
+
+func checkFlagTable(t *testing.T, path, markBegin, markEnd string, advanced bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	begin := strings.Index(readme, markdownBegin)
-	end := strings.Index(readme, markdownEnd)
+	begin := strings.Index(readme, markBegin)
+	end := strings.Index(readme, markEnd)
 	if begin < 0 || end < begin {
-		t.Fatalf("README.md has no flag table between the lines\n%s\nand\n%s\n"+
-			"Put them where it goes and fill it: go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme", markdownBegin, markdownEnd)
+		t.Fatalf("%s has no flag table between the lines\n%s\nand\n%s\n"+
+			"Put them where it goes and fill it: go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme", path, markBegin, markEnd)
 	}
-	end += len(markdownEnd) + 1 // and its newline
+	end += len(markEnd) + 1 // and its newline
 	var mf mountFlags
-	want := newOptionSet(&mf).markdown()
+	want := newOptionSet(&mf).markdown(advanced)
 	got := readme[begin:min(end, len(readme))]
 	if got == want {
 		return
 	}
 	if *updateReadme {
-		if err := os.WriteFile(readmePath, []byte(readme[:begin]+want+readme[min(end, len(readme)):]), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(readme[:begin]+want+readme[min(end, len(readme)):]), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote the flag table into README.md")
+		t.Logf("wrote the flag table into %s", path)
 		return
 	}
 	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
@@ -266,9 +311,9 @@ func TestReadmeFlagTable(t *testing.T) {
 		}
 		return "(the end)"
 	}
-	t.Fatalf("README.md's flag table differs from the mount options in cmd/s3gdsfs/options.go, first at README.md:%d:\n  README: %s\n  code:   %s\n"+
-		"Change the option there, not README.md, and regenerate the table:\n  go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme\n"+
-		"(or paste the output of `s3gdsfs mount --help-markdown` over it).", strings.Count(readme[:begin], "\n")+line+1, at(gl), at(wl))
+	t.Errorf("%s's flag table differs from the mount options in cmd/s3gdsfs/options.go, first at line %d:\n  file: %s\n  code: %s\n"+
+		"Change the option there, not the file, and regenerate the table:\n  go test ./cmd/s3gdsfs -run TestReadmeFlagTable -update-readme\n"+
+		"(or paste the output of `s3gdsfs mount --help-markdown` or `--help-markdown-advanced` over it).", path, strings.Count(readme[:begin], "\n")+line+1, at(gl), at(wl))
 }
 
 // --memory-limit alone is enough: the cache not given is half of it; a

@@ -26,6 +26,7 @@ var rules = []rule{
 		allowed: map[string]string{
 			"/daemon":                           "starts and stops a mount; its Config and defaults are the flags' terms",
 			"/vfs":                              "the core's settings (Core), their defaults and the direct-I/O policy the options name",
+			"/internal/setting":                 "a setting the configuration refused, named by its flag",
 			"/abi":                              "the extended attributes `stats` prints and the ioctl request the demo issues",
 			"/client/go/s3gds":                  "the demo's GPU reads, made as a user's program makes them",
 			"github.com/johannesboyne/gofakes3": "the demo's in-process S3 server",

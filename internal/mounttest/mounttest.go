@@ -12,21 +12,19 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
-// Config is a mount of bucket of srv at mp, logging warnings to the test,
-// never splicing (whether --splice=auto splices depends on the machine:
-// tests of splicing ask for it).
+// Config is a mount of bucket of srv at mp with the defaults
+// (daemon.Default), logging warnings to the test, never splicing (whether
+// --splice=auto splices depends on the machine: tests of splicing ask for
+// it) and serving no metrics (tests that read them ask for a port).
 func Config(t testing.TB, srv *testenv.Server, bucket, mp string) daemon.Config {
-	cfg := daemon.Config{
-		Mountpoint: mp,
-		S3: daemon.S3Config{
-			Endpoint:    srv.Endpoint,
-			Region:      srv.Region,
-			Credentials: daemon.StaticCredentials(srv.AccessKey, srv.SecretKey),
-		},
-		Log: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
+	cfg := daemon.Default()
+	cfg.Mountpoint = mp
+	cfg.S3.Endpoint, cfg.S3.Region = srv.Endpoint, srv.Region
+	cfg.S3.Credentials = daemon.StaticCredentials(srv.AccessKey, srv.SecretKey)
+	cfg.Log = slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg.Core.Bucket = bucket
 	cfg.Splice = "never"
+	cfg.Metrics.Addr = ""
 	return cfg
 }
 
@@ -53,8 +51,8 @@ func Standin(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) *
 	cfg := Config(t, srv, bucket, mp)
 	cfg.GPU.Mode = "host-standin"
 	cfg.GPU.StandinDir = standinDir
-	cfg.GPU.SlotSize = 1 << 20
-	cfg.GPU.Slots = 8
+	cfg.GPU.Staging.SlotSize = 1 << 20
+	cfg.GPU.Staging.Slots = 8
 	return Start(t, cfg)
 }
 

@@ -11,7 +11,7 @@
 #   does, without the daemon (--device 0), and the same with the slots filled and not copied
 #   (--device-copy=false).
 #   RAWS: more raw references, one per line, "NAME s3load get flags...", e.g.
-#   "dev-1m --device 0 --slot-size 1048576 --slots-per-get 4" (endpoint, bucket, keys, workers
+#   "dev-1m --device 0 --slot-size 1048576" (endpoint, bucket, keys, workers
 #   and seconds are given).
 #   COUNT objects (16); DISTINCT=1: no two threads read one object at once (COUNT >= threads);
 #   PROFILE=0: no CPU profiles (profiling costs the variants of round 0 a little).
@@ -32,7 +32,9 @@ while read -r line; do
   envs=(); while [[ ${words[0]} == *=* ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
   name=${words[0]} build=${words[1]}; flags=("${words[@]:2}")
   mkdir -p "/mnt/ab-$name"
-  env "${envs[@]}" "$BIN/$build" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:$port "${flags[@]}" \
+  # Profiles are served only with --pprof (builds before it served them anyway).
+  pp=(); if [ "${PROFILE:-1}" != 0 ] && "$BIN/$build" mount --help-all 2>/dev/null | grep -q -- --pprof; then pp=(--pprof); fi
+  env "${envs[@]}" "$BIN/$build" mount --endpoint $EP --bucket bench --metrics-addr 127.0.0.1:$port "${pp[@]}" "${flags[@]}" \
     "/mnt/ab-$name" > "$OUT/d-$name.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do mountpoint -q "/mnt/ab-$name" && break; sleep 0.1; done

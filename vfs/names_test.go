@@ -23,7 +23,7 @@ func TestKeysNotUTF8AreSkipped(t *testing.T) {
 	}
 	var logged bytes.Buffer
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	f, err := New(s, Config{Bucket: "b"}, m, slog.New(slog.NewTextHandler(&logged, nil)))
+	f, err := New(s, testConfig(Config{Bucket: "b"}), m, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

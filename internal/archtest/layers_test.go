@@ -13,7 +13,7 @@ import (
 // uses it. A new package gets its row here, with the layer its imports allow.
 var layers = [][]string{
 	// Leaves: contracts and helpers that import nothing of the module.
-	{"abi", "rdmatoken", "internal/errno", "internal/faultproxy", "internal/testenv", "internal/archtest",
+	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest",
 		"cufile-preload", "client/python/gotest", "integration"},
 	// Clients of the ABI, the counters, and the memory rooms.
 	{"client/go/s3gds", "metrics", "cache", "cufile"},

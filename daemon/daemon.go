@@ -26,6 +26,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/cuda"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -288,13 +290,13 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 	case "off":
 		return nil, nil
 	case "host-standin":
-		backend, err = cufile.NewHostStandin(cfg.GPU.StandinDir)
+		backend, err = hoststandin.New(cfg.GPU.StandinDir)
 		if err != nil {
 			return nil, fmt.Errorf("--gpu=host-standin: %w", err)
 		}
 		cfg.Log.Warn("GPU reads go to host memory files (host stand-in, a test aid): no device memory is used", "dir", cfg.GPU.StandinDir)
 	case "", "auto":
-		backend, err = cufile.NewCUDA()
+		backend, err = cuda.New()
 		if err != nil {
 			cfg.Log.Info("GPU reads unavailable: GPU read ioctls will answer ENODEV", "reason", err)
 		}

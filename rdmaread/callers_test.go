@@ -12,6 +12,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -21,7 +22,7 @@ import (
 // store holds nothing.
 func standinCallers(t *testing.T) *Callers {
 	t.Helper()
-	b, err := cufile.NewHostStandin(t.TempDir())
+	b, err := hoststandin.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -86,7 +87,7 @@ type flightEnv struct {
 func newFlightEnv(t *testing.T, size int, cfg Config) *flightEnv {
 	t.Helper()
 	dir := t.TempDir()
-	b, err := cufile.NewHostStandin(dir)
+	b, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 )
 
 // fakeLib is the fake libs3rdma built from testdata/fakes3rdma.c, with the
@@ -74,7 +75,7 @@ func hostBuffer(t *testing.T, size int) cufile.Allocation {
 	if err := os.WriteFile(filepath.Join(dir, "buf"), make([]byte, size), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err := cufile.NewHostStandin(dir)
+	b, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

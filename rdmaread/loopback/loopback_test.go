@@ -15,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -59,7 +60,7 @@ func newRigVia(t *testing.T, via func(endpoint string) string) *rig {
 	if err := os.WriteFile(bufPath, make([]byte, bufSize), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	backend, err := cufile.NewHostStandin(dir)
+	backend, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -264,7 +265,7 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 		rc.Minter, rc.Getter, fabric = f, objstore.Metered{Inner: raw, M: m}, srv
 		cfg.Log.Warn("RDMA is the loopback fabric: an in-process emulation of RDMA writes, not a network transport")
 	case "libs3rdma":
-		minter, err := rdmaread.OpenLibS3RDMA(rdmaread.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
+		minter, err := mint.OpenLibS3RDMA(mint.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--rdma=libs3rdma: %w", err)
 		}

@@ -20,6 +20,9 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/sched"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // Config tunes the engine; zero fields take the defaults.
@@ -73,7 +76,7 @@ const (
 	DefaultTargetStreams = 8
 	DefaultMaxOps        = 64
 	DefaultMaxBytes      = 16 << 30
-	DefaultRDMAChunk     = MaxServerOp
+	DefaultRDMAChunk     = rdmatoken.MaxServerOp
 	DefaultSlotSize      = 4 << 20
 	DefaultSlots         = 256
 	DefaultCopiers       = 8
@@ -96,7 +99,7 @@ func (c *Config) applyDefaults() {
 	if c.PartSize < 0 {
 		c.PartSize = 0
 	}
-	if c.RDMAChunk <= 0 || c.RDMAChunk > MaxServerOp {
+	if c.RDMAChunk <= 0 || c.RDMAChunk > rdmatoken.MaxServerOp {
 		c.RDMAChunk = DefaultRDMAChunk
 	}
 	if c.Staging.SlotSize <= 0 {
@@ -153,11 +156,10 @@ type Result struct {
 	SharedBytes int64
 }
 
-// Errors the fs layer maps to errnos (docs/ioctl.md).
-var (
-	ErrNoRDMA      = errors.New("RDMA required and this daemon has no RDMA transport (--rdma=off)")
-	ErrOutOfBounds = errors.New("destination range outside the allocation")
-)
+// ErrNoRDMA: RDMA was required and there is none. The callers' layer maps
+// it and the engine's other errors to errnos (docs/ioctl.md); a destination
+// range outside the allocation is mint.ErrOutOfBounds.
+var ErrNoRDMA = errors.New("RDMA required and this daemon has no RDMA transport (--rdma=off)")
 
 // Engine carries GPU reads. One engine serves every caller of the daemon.
 type Engine struct {
@@ -167,7 +169,7 @@ type Engine struct {
 	m       *metrics.Set
 	log     *slog.Logger
 	cfg     Config
-	sched   *Scheduler
+	sched   *sched.Scheduler
 
 	rdma *rdmaPath // nil when RDMA is off
 
@@ -195,7 +197,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		m:       m,
 		log:     log,
 		cfg:     cfg,
-		sched:   NewScheduler(cfg.MaxOps, cfg.MaxBytes),
+		sched:   sched.New(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
 	}
 	e.gets = &objstore.Getter{Store: store, ReadTimeout: cfg.ReadTimeout, Retries: cfg.Retries,
@@ -205,7 +207,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		// Tokens callers mint themselves go out as they are, RDMA or not.
 		e.rdma = &rdmaPath{getter: g}
 	}
-	e.sched.observe = func(d time.Duration) { m.GPUSchedWait.Observe(d.Seconds()) }
+	e.sched.OnWait(func(d time.Duration) { m.GPUSchedWait.Observe(d.Seconds()) })
 	m.ReportImportsOpen(func() float64 { return float64(e.imports.OpenImports()) })
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -299,7 +301,7 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	// The whole requested range must fit, whatever the object's size: a
 	// caller's buffer is checked before a byte is written.
 	if r.DstOffset > alloc.Size() || uint64(r.Length) > alloc.Size()-r.DstOffset {
-		return Result{}, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfBounds, r.Length, r.DstOffset, alloc.Size())
+		return Result{}, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", mint.ErrOutOfBounds, r.Length, r.DstOffset, alloc.Size())
 	}
 	n := min(r.Length, max(r.Version.Size-r.Offset, 0))
 	if n == 0 {
@@ -329,10 +331,10 @@ func (e *Engine) readCallerToken(ctx context.Context, r Request, start time.Time
 	if n == 0 {
 		return Result{Elapsed: time.Since(start)}, nil
 	}
-	if n > MaxServerOp {
-		return Result{}, fmt.Errorf("%w: a caller-minted token covers at most %d bytes per call", abi.ErrInvalid, int64(MaxServerOp))
+	if n > rdmatoken.MaxServerOp {
+		return Result{}, fmt.Errorf("%w: a caller-minted token covers at most %d bytes per call", abi.ErrInvalid, int64(rdmatoken.MaxServerOp))
 	}
-	pr := e.rdmaPart(ctx, r, Part{Off: r.Offset, Len: n}, nil, r.DstOffset)
+	pr := e.rdmaPart(ctx, r, rdmatoken.Part{Off: r.Offset, Len: n}, nil, r.DstOffset)
 	if pr.err != nil {
 		return Result{}, pr.err
 	}

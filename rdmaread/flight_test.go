@@ -524,7 +524,7 @@ func TestFaultingReaderFailsAlone(t *testing.T) {
 				if badErr != nil {
 					// EBADF: a copy into it failed; EINVAL: it was empty
 					// when imported (the host stand-in refuses empty files).
-					if code, _ := errno.Of(readError(badErr)); code != syscall.EBADF && code != syscall.EINVAL {
+					if code, _ := errno.Of(IoctlError(badErr)); code != syscall.EBADF && code != syscall.EINVAL {
 						t.Fatalf("round %d: the faulting reader: %v, want EBADF or EINVAL", rounds, badErr)
 					}
 					faults++

@@ -1,6 +1,10 @@
 package rdmaread
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
+)
 
 // A read takes its share of the target streams: alone it is cut into
 // parallel ranges, among many it is one GET of its whole range, which a
@@ -70,7 +74,7 @@ func TestRDMATransfersFollowTheParts(t *testing.T) {
 			e := &Engine{cfg: Config{RDMAChunk: tc.chunk}}
 			e.cfg.applyDefaults()
 			size := e.transferSize(tc.n, tc.reading)
-			if size > MaxServerOp {
+			if size > rdmatoken.MaxServerOp {
 				t.Fatalf("transfer of %d bytes, above MaxServerOp", size)
 			}
 			if got := (tc.n + size - 1) / size; got != tc.want {

@@ -48,6 +48,13 @@ type Backend interface {
 	NewStager(device int, cfg StagerConfig) (Stager, error)
 }
 
+// CallerImporter is a Backend whose buffers belong to users: ImportAs
+// imports one only for the uid that may write it. An ImportCache over such a
+// backend shares an import between requests of one uid only.
+type CallerImporter interface {
+	ImportAs(device int, h Handle, uid uint32) (Allocation, error)
+}
+
 // Allocation is an imported device allocation.
 type Allocation interface {
 	Device() int
@@ -81,16 +88,11 @@ func (c StagerConfig) Validate() error {
 }
 
 // Slot is one pinned host buffer of a stager's ring. Buf is valid from
-// AcquireSlot until the slot is handed to CopyAsync or ReleaseSlot.
+// AcquireSlot until the slot is handed to CopyAsync or ReleaseSlot. The
+// stager keeps the slot's state itself: a Slot it did not hand out is
+// refused.
 type Slot struct {
 	Buf []byte
-
-	index int
-	state slotState
-	fence uintptr // the event recorded after the slot's last copy
-	seq   uint64  // enqueue order, to wait on the oldest copy first
-	// copier enqueued the slot's pending copy and may take it back.
-	copier *copier
 }
 
 // SlotCopy is one piece of a slot copied to a destination:
@@ -101,6 +103,19 @@ type SlotCopy struct {
 	Dst    Allocation
 	DstOff uint64
 }
+
+// CopyError is the asynchronous failure of one copy into Dst. It is
+// reported by the Sync (or Close) of the copier that enqueued the copy and
+// by no other: a request whose buffer faults does not fail the requests
+// whose copies share its stream. Copies of one copier into several
+// destinations (CopyAsyncMany) say which destination failed.
+type CopyError struct {
+	Dst Allocation
+	Err error
+}
+
+func (e *CopyError) Error() string { return e.Err.Error() }
+func (e *CopyError) Unwrap() error { return e.Err }
 
 // Stager owns a device's slot ring and copy streams. Its methods are safe
 // for concurrent use.

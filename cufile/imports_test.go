@@ -210,28 +210,6 @@ func TestImportCacheConcurrentAcquire(t *testing.T) {
 	}
 }
 
-// With the host stand-in, a released import is really unmapped.
-func TestImportCacheWithStandin(t *testing.T) {
-	b, dir := standin(t)
-	standinFile(t, dir, "buf", 4096, 0)
-	c := NewImportCache(b)
-	a := mustAcquire(t, c, os.Getpid(), 0, nameHandle("buf"))
-	if a.Size() != 4096 {
-		t.Fatalf("Size = %d", a.Size())
-	}
-	ok(t, c.Put(a))
-	if n, err := c.Reap(ProcessAlive); err != nil || n != 0 {
-		t.Fatal("Reap released this live process")
-	}
-	if c.OpenImports() != 1 {
-		t.Fatal("import not kept for its owner")
-	}
-	ok(t, c.ReleaseOwner(os.Getpid()))
-	if !a.(*hostAllocation).closed {
-		t.Fatal("import not closed after its owner left")
-	}
-}
-
 func TestProcessAlive(t *testing.T) {
 	if !ProcessAlive(os.Getpid()) || !ProcessAlive(1) {
 		t.Error("live process reported gone")

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -120,7 +120,7 @@ func Default() Config {
 		},
 		GPU: GPUConfig{
 			Mode:       "auto",
-			StandinDir: cufile.DefaultStandinDir,
+			StandinDir: hoststandin.DefaultDir,
 			RDMA:       "off",
 			Config:     rdmaread.DefaultConfig(),
 		},

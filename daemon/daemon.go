@@ -26,12 +26,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/cuda"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -262,7 +265,7 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 		rc.Minter, rc.Getter, fabric = f, objstore.Metered{Inner: raw, M: m}, srv
 		cfg.Log.Warn("RDMA is the loopback fabric: an in-process emulation of RDMA writes, not a network transport")
 	case "libs3rdma":
-		minter, err := rdmaread.OpenLibS3RDMA(rdmaread.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
+		minter, err := mint.OpenLibS3RDMA(mint.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
 		if err != nil {
 			return nil, nil, setting.Refuse("GPU.RDMA", cfg.GPU.RDMA, "%v", err)
 		}
@@ -286,13 +289,13 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 	case "off":
 		return nil, nil
 	case "host-standin":
-		backend, err = cufile.NewHostStandin(cfg.GPU.StandinDir)
+		backend, err = hoststandin.New(cfg.GPU.StandinDir)
 		if err != nil {
 			return nil, setting.Refuse("GPU.Mode", cfg.GPU.Mode, "%v", err)
 		}
 		cfg.Log.Warn("GPU reads go to host memory files (host stand-in, a test aid): no device memory is used", "dir", cfg.GPU.StandinDir)
 	case "auto":
-		backend, err = cufile.NewCUDA()
+		backend, err = cuda.New()
 		if err != nil {
 			cfg.Log.Info("GPU reads unavailable: GPU read ioctls will answer ENODEV", "reason", err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/callers"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -41,8 +42,8 @@ type Options struct {
 // mount is state shared by every node of one mount.
 type mount struct {
 	core    *vfs.FS
-	gpu     *rdmaread.Engine  // nil when GPU reads are off
-	callers *rdmaread.Callers // the processes reading into GPU memory; nil without GPU reads
+	gpu     *rdmaread.Engine // nil when GPU reads are off
+	callers *callers.Table   // the processes reading into GPU memory; nil without GPU reads
 	m       *metrics.Set
 	opts    Options
 	started time.Time
@@ -65,7 +66,7 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 	}
 	mt := &mount{core: core, gpu: gpu, m: m, opts: opts, started: time.Now()}
 	if gpu != nil {
-		mt.callers = rdmaread.NewCallers(gpu)
+		mt.callers = callers.New(gpu)
 		go mt.callers.Reap(ctx, 2*time.Second)
 	}
 	cfg := core.Config()

@@ -443,6 +443,7 @@ func TestGPUReadByCallerWithoutReadPermissionIsEACCES(t *testing.T) {
 		c.FS.FileMode = 0o440
 		c.FS.UID, c.FS.GID = 0, 0
 		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
+		c.GPU.StandinAllowOther = true
 	})
 	buf := hostBuffer(t, dir, "b", 4096, 0)
 	os.Chmod(filepath.Join(dir, buf), 0o666)
@@ -470,6 +471,7 @@ func TestGPUReadBySupplementaryGroupMember(t *testing.T) {
 		c.FS.FileMode = 0o440
 		c.FS.UID, c.FS.GID = 0, group
 		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
+		c.GPU.StandinAllowOther = true
 	})
 	buf := hostBuffer(t, dir, "b", 4096, 0)
 	os.Chown(filepath.Join(dir, buf), 65534, 65534) // the stand-in writes only the caller's files

@@ -740,6 +740,7 @@ func TestHostStandinWritesOnlyTheCallersFiles(t *testing.T) {
 	want := sha256.Sum256(testenv.RandomBytes(41, 0, size))
 	mp, bufDir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		c.FS.AllowOther = true // else the kernel refuses other users' ioctls itself
+		c.GPU.StandinAllowOther = true
 	})
 	f, err := os.Open(filepath.Join(mp, "obj"))
 	if err != nil {

@@ -21,6 +21,9 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/sched"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // Config tunes the engine. DefaultConfig holds its defaults; Validate
@@ -78,7 +81,7 @@ func DefaultConfig() Config {
 		TargetStreams: 8,
 		MaxOps:        64,
 		MaxBytes:      16 << 30,
-		RDMAChunk:     MaxServerOp,
+		RDMAChunk:     rdmatoken.MaxServerOp,
 		Staging:       cufile.StagerConfig{SlotSize: 4 << 20, Slots: 256, Streams: 8},
 		ReadLimits:    objstore.DefaultReadLimits(),
 	}
@@ -102,8 +105,8 @@ func (c Config) Validate() error {
 		return setting.RefuseSize("MaxBytes", c.MaxBytes, "must be above 0")
 	case c.PartSize != 0 && c.PartSize < 1<<20:
 		return setting.RefuseSize("PartSize", c.PartSize, "0 (parts sized by load) or at least 1MiB")
-	case c.RDMAChunk < 1<<20 || c.RDMAChunk > MaxServerOp:
-		return setting.RefuseSize("RDMAChunk", c.RDMAChunk, "between 1MiB and %s", setting.Size(MaxServerOp))
+	case c.RDMAChunk < 1<<20 || c.RDMAChunk > rdmatoken.MaxServerOp:
+		return setting.RefuseSize("RDMAChunk", c.RDMAChunk, "between 1MiB and %s", setting.Size(rdmatoken.MaxServerOp))
 	case c.Staging.SlotSize < 64<<10 || c.Staging.SlotSize > 1<<30:
 		return setting.RefuseSize("Staging.SlotSize", int64(c.Staging.SlotSize), "between 64KiB and 1GiB")
 	case c.Staging.Streams > 64:
@@ -144,11 +147,10 @@ type Result struct {
 	SharedBytes int64
 }
 
-// Errors the fs layer maps to errnos (docs/ioctl.md).
-var (
-	ErrNoRDMA      = errors.New("RDMA required and this daemon has no RDMA transport (RDMA is off)")
-	ErrOutOfBounds = errors.New("destination range outside the allocation")
-)
+// ErrNoRDMA: RDMA was required and there is none. The callers' layer maps
+// it and the engine's other errors to errnos (docs/ioctl.md); a destination
+// range outside the allocation is mint.ErrOutOfBounds.
+var ErrNoRDMA = errors.New("RDMA required and this daemon has no RDMA transport (RDMA is off)")
 
 // Engine carries GPU reads. One engine serves every caller of the daemon.
 type Engine struct {
@@ -158,7 +160,7 @@ type Engine struct {
 	m       *metrics.Set
 	log     *slog.Logger
 	cfg     Config
-	sched   *Scheduler
+	sched   *sched.Scheduler
 
 	rdma *rdmaPath // nil when RDMA is off
 
@@ -185,7 +187,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		m:       m,
 		log:     log,
 		cfg:     cfg,
-		sched:   NewScheduler(cfg.MaxOps, cfg.MaxBytes),
+		sched:   sched.New(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
 	}
 	e.gets = &objstore.Getter{Store: store, ReadTimeout: cfg.ReadTimeout, Retries: cfg.Retries,
@@ -195,7 +197,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		// Tokens callers mint themselves go out as they are, RDMA or not.
 		e.rdma = &rdmaPath{getter: g}
 	}
-	e.sched.observe = func(d time.Duration) { m.GPUSchedWait.Observe(d.Seconds()) }
+	e.sched.OnWait(func(d time.Duration) { m.GPUSchedWait.Observe(d.Seconds()) })
 	m.ReportImportsOpen(func() float64 { return float64(e.imports.OpenImports()) })
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -289,7 +291,7 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	// The whole requested range must fit, whatever the object's size: a
 	// caller's buffer is checked before a byte is written.
 	if r.DstOffset > alloc.Size() || uint64(r.Length) > alloc.Size()-r.DstOffset {
-		return Result{}, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfBounds, r.Length, r.DstOffset, alloc.Size())
+		return Result{}, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", mint.ErrOutOfBounds, r.Length, r.DstOffset, alloc.Size())
 	}
 	n := min(r.Length, max(r.Version.Size-r.Offset, 0))
 	if n == 0 {
@@ -319,10 +321,10 @@ func (e *Engine) readCallerToken(ctx context.Context, r Request, start time.Time
 	if n == 0 {
 		return Result{Elapsed: time.Since(start)}, nil
 	}
-	if n > MaxServerOp {
-		return Result{}, fmt.Errorf("%w: a caller-minted token covers at most %d bytes per call", abi.ErrInvalid, int64(MaxServerOp))
+	if n > rdmatoken.MaxServerOp {
+		return Result{}, fmt.Errorf("%w: a caller-minted token covers at most %d bytes per call", abi.ErrInvalid, int64(rdmatoken.MaxServerOp))
 	}
-	pr := e.rdmaPart(ctx, r, Part{Off: r.Offset, Len: n}, nil, r.DstOffset)
+	pr := e.rdmaPart(ctx, r, rdmatoken.Part{Off: r.Offset, Len: n}, nil, r.DstOffset)
 	if pr.err != nil {
 		return Result{}, pr.err
 	}

@@ -9,14 +9,15 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
 )
 
-// readError gives an error of a GPU read the errno the read ioctl answers
-// it with (docs/ioctl.md), as it leaves the engine: the request's, the
-// engine's and its CUDA layer's errors get theirs here, the store's
-// answers about the object keep the one they carry, a cancelled read is
-// EINTR and anything else EIO.
-func readError(err error) error {
+// IoctlError gives an error of a GPU read the errno the read ioctl answers
+// it with (docs/ioctl.md), as it leaves the engine for its caller: the
+// request's, the engine's and its CUDA layer's errors get theirs here, the
+// store's answers about the object keep the one they carry, a cancelled
+// read is EINTR and anything else EIO.
+func IoctlError(err error) error {
 	var code syscall.Errno
 	switch {
 	case err == nil:
@@ -30,7 +31,7 @@ func readError(err error) error {
 			return err // the host stand-in's refusals carry theirs: EPERM, ELOOP, EXDEV, EINVAL
 		}
 		code = syscall.EBADF
-	case errors.Is(err, ErrOutOfBounds), errors.Is(err, cufile.ErrOutOfRange):
+	case errors.Is(err, mint.ErrOutOfBounds), errors.Is(err, cufile.ErrOutOfRange):
 		code = syscall.ERANGE
 	case errors.Is(err, ErrNoRDMA), errors.Is(err, ErrDeclined):
 		code = syscall.ECANCELED

@@ -19,6 +19,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -86,7 +87,7 @@ type flightEnv struct {
 func newFlightEnv(t *testing.T, size int, cfg Config) *flightEnv {
 	t.Helper()
 	dir := t.TempDir()
-	b, err := cufile.NewHostStandin(dir)
+	b, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +524,7 @@ func TestFaultingReaderFailsAlone(t *testing.T) {
 				if badErr != nil {
 					// EBADF: a copy into it failed; EINVAL: it was empty
 					// when imported (the host stand-in refuses empty files).
-					if code, _ := errno.Of(readError(badErr)); code != syscall.EBADF && code != syscall.EINVAL {
+					if code, _ := errno.Of(IoctlError(badErr)); code != syscall.EBADF && code != syscall.EINVAL {
 						t.Fatalf("round %d: the faulting reader: %v, want EBADF or EINVAL", rounds, badErr)
 					}
 					faults++

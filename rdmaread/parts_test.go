@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // A read takes its share of the target streams: alone it is cut into
@@ -71,7 +73,7 @@ func TestRDMATransfersFollowTheParts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &Engine{cfg: testConfig(Config{RDMAChunk: tc.chunk})}
 			size := e.transferSize(tc.n, tc.reading)
-			if size > MaxServerOp {
+			if size > rdmatoken.MaxServerOp {
 				t.Fatalf("transfer of %d bytes, above MaxServerOp", size)
 			}
 			if got := (tc.n + size - 1) / size; got != tc.want {

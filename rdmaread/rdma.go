@@ -11,6 +11,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
@@ -18,7 +19,7 @@ import (
 type RDMAConfig struct {
 	// Minter mints tokens for buffers the daemon imported; nil leaves only
 	// tokens callers mint themselves.
-	Minter Minter
+	Minter mint.Minter
 	// DeclineIsError makes every declined transfer fail (ECANCELED) instead
 	// of falling back to HTTP, for users who would rather fail than run slowly.
 	DeclineIsError bool
@@ -32,8 +33,8 @@ var ErrDeclined = errors.New("RDMA transfer declined and fallback to HTTP is off
 
 type rdmaPath struct {
 	getter         objstore.RDMAGetter
-	minter         Minter
-	tokens         *TokenCache // nil without a minter
+	minter         mint.Minter
+	tokens         *mint.TokenCache // nil without a minter
 	declineIsError bool
 	summary        declineSummary
 }
@@ -53,7 +54,7 @@ func (e *Engine) EnableRDMA(cfg RDMAConfig) error {
 		p.summary.last = e.rdma.summary.last
 	}
 	if cfg.Minter != nil {
-		p.tokens = NewTokenCache(cfg.Minter)
+		p.tokens = mint.NewTokenCache(cfg.Minter)
 		// Registrations go before the mapping they name.
 		e.imports.OnClose(func(a cufile.Allocation) {
 			if err := p.tokens.ReleaseAllocation(a); err != nil {
@@ -150,9 +151,9 @@ func (e *Engine) transferSize(n, reading int64) int64 {
 // rdmaPart carries one part. Answers about the object (gone, changed,
 // denied) are errors; anything else the fabric or server says is a decline
 // with a reason, and the bytes go over HTTP unless declines are errors.
-func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.Allocation, dst uint64) partResult {
+func (e *Engine) rdmaPart(ctx context.Context, r Request, p rdmatoken.Part, alloc cufile.Allocation, dst uint64) partResult {
 	token := r.Token
-	var lease *Lease
+	var lease *mint.Lease
 	var err error
 	if token == "" {
 		lease, err = e.rdma.tokens.Acquire(alloc, dst, uint64(p.Len))
@@ -232,7 +233,7 @@ func (e *Engine) rdmaPart(ctx context.Context, r Request, p Part, alloc cufile.A
 // not come within the read timeout is given up as a timeout, and its bytes
 // go over HTTP. A body the reply brings (a server that ignored the token)
 // is read as every GET's body is.
-func (e *Engine) transfer(ctx context.Context, r Request, p Part, token string) (objstore.RDMAReply, error) {
+func (e *Engine) transfer(ctx context.Context, r Request, p rdmatoken.Part, token string) (objstore.RDMAReply, error) {
 	return e.gets.OpenRDMA(ctx, e.rdma.getter, objstore.Range{Bucket: r.Bucket, Key: r.Key, Off: p.Off, N: p.Len, Version: r.Version}, token)
 }
 
@@ -258,7 +259,7 @@ func (e *Engine) stageBody(ctx context.Context, device int, body io.Reader, n in
 
 // noteDecline counts a decline, logs it at debug, and summarises declines
 // at info at most once a minute.
-func (e *Engine) noteDecline(r Request, p Part, d abi.Decline, cause error) {
+func (e *Engine) noteDecline(r Request, p rdmatoken.Part, d abi.Decline, cause error) {
 	e.m.GPUDeclined.WithLabelValues(d.String()).Inc()
 	e.log.Debug("RDMA transfer declined", "bucket", r.Bucket, "key", r.Key, "offset", p.Off, "length", p.Len,
 		"reason", d.String(), "cause", cause)
@@ -289,4 +290,36 @@ func (s *declineSummary) add(d abi.Decline, now time.Time) (map[string]int, bool
 	out := s.counts
 	s.counts, s.last = map[string]int{}, now
 	return out, true
+}
+
+// DeclineFor is the decline reason for an RDMA attempt that did not serve
+// every byte: a minting error, a failed GET with a token, or the GET's
+// outcome. Errors that are answers about the object (objstore.ErrNotFound,
+// ErrChanged, ErrAccessDenied, ErrNoBucket) are not declines: the engine
+// returns them instead of falling back, so check those first.
+func DeclineFor(rep objstore.RDMAReply, err error) abi.Decline {
+	switch {
+	case err == nil:
+	case errors.Is(err, mint.ErrTooLarge):
+		return abi.DeclineTooLarge
+	case errors.Is(err, mint.ErrNoMinter):
+		return abi.DeclineRDMAUnavailable
+	case errors.Is(err, mint.ErrRegistrationFailed):
+		return abi.DeclineRegistrationFailed
+	case errors.Is(err, objstore.ErrTokenRejected):
+		return abi.DeclineTokenRejected
+	case errors.Is(err, context.DeadlineExceeded):
+		return abi.DeclineTimeout
+	default:
+		return abi.DeclineRDMAError
+	}
+	switch rep.Outcome {
+	case objstore.RDMADeclined501:
+		return abi.DeclineServer501
+	case objstore.RDMATokenIgnored:
+		return abi.DeclineTokenIgnored
+	case objstore.RDMAShortTransfer:
+		return abi.DeclineShortTransfer
+	}
+	return abi.DeclineNone
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/cuda"
 )
 
 // deviceSink lands GET bodies in device memory the way the daemon's GPU
@@ -40,7 +41,7 @@ func (s stagingShape) check() error {
 }
 
 func newDeviceSink(device, workers int, bufSize int64, toDevice bool, shape stagingShape) (*deviceSink, error) {
-	backend, err := cufile.NewCUDA()
+	backend, err := cuda.New()
 	if err != nil {
 		return nil, fmt.Errorf("--device %d: %w", device, err)
 	}
@@ -60,7 +61,7 @@ func newDeviceSink(device, workers int, bufSize int64, toDevice bool, shape stag
 		return nil, errors.Join(fmt.Errorf("--device %d: %w", device, err), st.Close())
 	}
 	for range workers {
-		a, err := cufile.AllocDevice(backend, device, uint64(bufSize))
+		a, err := cuda.AllocDevice(backend, device, uint64(bufSize))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("--device %d: %d bytes per worker: %w", device, bufSize, err), s.Close())
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -85,7 +86,7 @@ func deviceSinkLandsEveryByte(t *testing.T, cfg cufile.StagerConfig) {
 	if err := os.WriteFile(filepath.Join(dir, "buf"), make([]byte, bufSize), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	backend, err := cufile.NewHostStandin(dir)
+	backend, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

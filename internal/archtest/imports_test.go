@@ -42,7 +42,8 @@ var rules = []rule{
 		dir: "fs",
 		allowed: map[string]string{
 			"/vfs":                                "every request is a call on the core",
-			"/rdmaread":                           "the read ioctl: the GPU engine and its callers",
+			"/rdmaread":                           "the read ioctl: the GPU engine",
+			"/rdmaread/callers":                   "the read ioctl: the processes reading through the mount's files",
 			"/abi":                                "the ioctl's contract and the extended attributes' names",
 			"/metrics":                            "counters of FUSE requests and replies",
 			"/internal/errno":                     "an error's errno, read back in the one mapping (fs/errno.go)",

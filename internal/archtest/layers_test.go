@@ -15,15 +15,20 @@ var layers = [][]string{
 	// Leaves: contracts and helpers that import nothing of the module.
 	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest",
 		"cufile-preload", "client/python/gotest", "integration"},
-	// Clients of the ABI, the counters, and the memory rooms.
-	{"client/go/s3gds", "metrics", "cache", "cufile"},
-	// The S3 layer.
-	{"objstore", "bench/s3load"},
-	// The cores over it: the namespace and POSIX reads, the GPU engine, and
-	// the test decorator of the store.
-	{"vfs", "rdmaread", "internal/faultstore"},
-	// The loopback RDMA fabric, which plays a server to the engine.
-	{"rdmaread/loopback"},
+	// Clients of the ABI, the counters, the memory rooms' contract, and the
+	// GPU reads' scheduler.
+	{"client/go/s3gds", "metrics", "cache", "cufile", "rdmaread/sched"},
+	// The S3 layer, the staging ring every memory backend copies through,
+	// and RDMA token minting.
+	{"objstore", "cufile/staging", "rdmaread/mint"},
+	// The memory backends: the CUDA binding and the host stand-in.
+	{"cufile/cuda", "cufile/hoststandin"},
+	// The cores: the namespace and POSIX reads, the GPU engine, the test
+	// decorator of the store, and the S3 load benchmark on the CUDA binding.
+	{"vfs", "rdmaread", "internal/faultstore", "bench/s3load"},
+	// Around the GPU engine: the callers of its reads, and the loopback RDMA
+	// fabric, which plays a server to it.
+	{"rdmaread/callers", "rdmaread/loopback"},
 	// The FUSE adapter over the cores.
 	{"fs"},
 	// The wiring of one mount.

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
-	"github.com/s3gdsfs/s3gdsfs/rdmaread"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
@@ -96,7 +96,7 @@ type Stats struct {
 	Passthrough int64 // requests without a token
 }
 
-// Fabric holds registered regions. It implements rdmaread.Minter.
+// Fabric holds registered regions. It implements mint.Minter.
 type Fabric struct {
 	dct uint32
 
@@ -191,18 +191,18 @@ func (f *Fabric) count(fn func(*Stats)) {
 
 // Register makes [off, off+n) of alloc a region and returns its
 // registration.
-func (f *Fabric) Register(alloc cufile.Allocation, off, n uint64) (rdmaread.Registration, error) {
+func (f *Fabric) Register(alloc cufile.Allocation, off, n uint64) (mint.Registration, error) {
 	if n == 0 || off > alloc.Size() || n > alloc.Size()-off {
-		return nil, fmt.Errorf("%w: %d bytes at %d of a %d-byte allocation", rdmaread.ErrOutOfBounds, n, off, alloc.Size())
+		return nil, fmt.Errorf("%w: %d bytes at %d of a %d-byte allocation", mint.ErrOutOfBounds, n, off, alloc.Size())
 	}
 	if n > rdmatoken.MaxRegistration {
-		return nil, fmt.Errorf("%w: a registration of %d bytes, at most %d", rdmaread.ErrTooLarge, n, uint64(rdmatoken.MaxRegistration))
+		return nil, fmt.Errorf("%w: a registration of %d bytes, at most %d", mint.ErrTooLarge, n, uint64(rdmatoken.MaxRegistration))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.takeLocked(true) == FailRegistration {
 		f.stats.FailedRegistrations++
-		return nil, fmt.Errorf("%w: loopback: registration refused (mode fail_registration)", rdmaread.ErrRegistrationFailed)
+		return nil, fmt.Errorf("%w: loopback: registration refused (mode fail_registration)", mint.ErrRegistrationFailed)
 	}
 	r := &region{
 		rkey:     f.nextRKey,
@@ -264,13 +264,13 @@ type registration struct {
 
 func (g *registration) Token(off, n uint64) (string, error) {
 	if n == 0 || off > g.r.size || n > g.r.size-off {
-		return "", fmt.Errorf("%w: %d bytes at %d of a %d-byte region", rdmaread.ErrOutOfBounds, n, off, g.r.size)
+		return "", fmt.Errorf("%w: %d bytes at %d of a %d-byte region", mint.ErrOutOfBounds, n, off, g.r.size)
 	}
 	g.f.mu.Lock()
 	_, live := g.f.regions[g.r.rkey]
 	g.f.mu.Unlock()
 	if !live {
-		return "", fmt.Errorf("%w: loopback: region released", rdmaread.ErrRegistrationFailed)
+		return "", fmt.Errorf("%w: loopback: region released", mint.ErrRegistrationFailed)
 	}
 	return rdmatoken.Token{
 		Addr: g.r.base + off, Size: uint32(n), RKey: g.r.rkey,

@@ -15,10 +15,12 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/mint"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
@@ -38,7 +40,7 @@ type rig struct {
 	server  *Server
 	store   *objstore.Minio
 	direct  *objstore.Minio // straight to versitygw
-	tokens  *rdmaread.TokenCache
+	tokens  *mint.TokenCache
 	alloc   cufile.Allocation
 	bufPath string
 	version objstore.Version
@@ -59,7 +61,7 @@ func newRigVia(t *testing.T, via func(endpoint string) string) *rig {
 	if err := os.WriteFile(bufPath, make([]byte, bufSize), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	backend, err := cufile.NewHostStandin(dir)
+	backend, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func newRigVia(t *testing.T, via func(endpoint string) string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{srv: srv, fabric: f, server: server, tokens: rdmaread.NewTokenCache(f), alloc: alloc, bufPath: bufPath}
+	r := &rig{srv: srv, fabric: f, server: server, tokens: mint.NewTokenCache(f), alloc: alloc, bufPath: bufPath}
 	r.store = newStore(t, srv, endpoint)
 	r.direct = newStore(t, srv, srv.Endpoint)
 	t.Cleanup(func() {
@@ -126,7 +128,7 @@ func newStore(t *testing.T, srv *testenv.Server, endpoint string) *objstore.Mini
 }
 
 // token mints a token for n bytes at dst of the buffer.
-func (r *rig) token(t *testing.T, dst, n uint64) (string, *rdmaread.Lease) {
+func (r *rig) token(t *testing.T, dst, n uint64) (string, *mint.Lease) {
 	t.Helper()
 	lease, err := r.tokens.Acquire(r.alloc, dst, n)
 	if err != nil {
@@ -351,7 +353,7 @@ func TestModes(t *testing.T) {
 		r.fabric.SetModeFor(FailRegistration, 1)
 		a := &sizedAlloc{Allocation: r.alloc}
 		_, err := r.tokens.Acquire(a, 0, n)
-		if !errors.Is(err, rdmaread.ErrRegistrationFailed) || rdmaread.DeclineFor(objstore.RDMAReply{}, err) != abi.DeclineRegistrationFailed {
+		if !errors.Is(err, mint.ErrRegistrationFailed) || rdmaread.DeclineFor(objstore.RDMAReply{}, err) != abi.DeclineRegistrationFailed {
 			t.Fatalf("%v, want ErrRegistrationFailed", err)
 		}
 		// Used up: the next registration works.
@@ -527,12 +529,12 @@ func TestVersityGWIgnoresAFabricToken(t *testing.T) {
 }
 
 func TestFabricIsAMinter(t *testing.T) {
-	var m rdmaread.Minter = NewFabric()
+	var m mint.Minter = NewFabric()
 	if m.Name() != "loopback" || m.Fabric() != "loopback" {
 		t.Fatalf("Name %q Fabric %q", m.Name(), m.Fabric())
 	}
 	f := m.(*Fabric)
-	if _, err := f.Register(&bigAlloc{size: 8 << 30}, 0, rdmatoken.MaxRegistration+1); !errors.Is(err, rdmaread.ErrTooLarge) {
+	if _, err := f.Register(&bigAlloc{size: 8 << 30}, 0, rdmatoken.MaxRegistration+1); !errors.Is(err, mint.ErrTooLarge) {
 		t.Errorf("over MaxRegistration: %v", err)
 	}
 	reg, err := f.Register(&bigAlloc{size: 8 << 30}, 1<<30, 2<<30)
@@ -550,11 +552,11 @@ func TestFabricIsAMinter(t *testing.T) {
 	if tok.Addr < baseAddress || tok.Size != 1<<20 || !tok.HasGID || tok.GID != loopbackGID {
 		t.Errorf("token %+v", tok)
 	}
-	if _, err := reg.Token(2<<30-1, 2); !errors.Is(err, rdmaread.ErrOutOfBounds) {
+	if _, err := reg.Token(2<<30-1, 2); !errors.Is(err, mint.ErrOutOfBounds) {
 		t.Errorf("token past the region: %v", err)
 	}
 	reg.Release()
-	if _, err := reg.Token(0, 1); !errors.Is(err, rdmaread.ErrRegistrationFailed) {
+	if _, err := reg.Token(0, 1); !errors.Is(err, mint.ErrRegistrationFailed) {
 		t.Errorf("token of a released region: %v", err)
 	}
 	if st := f.Stats(); st.Regions != 0 || st.Registrations != 1 || st.Deregistrations != 1 {

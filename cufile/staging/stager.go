@@ -1,17 +1,21 @@
-package cufile
+// Package staging is the ring of pinned host slots and the copy streams
+// that carry object bytes from those slots into device allocations. It is
+// one implementation of cufile.Stager shared by every backend (the CUDA
+// binding and the host stand-in), so the checks and the slot life cycle are
+// the same code for real devices and the stand-in; a backend supplies its
+// Device.
+package staging
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// The stager below is shared by both backends, so the checks and the slot
-// life cycle are the same code for real devices and the host stand-in.
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+)
 
 type slotState uint8
 
@@ -21,31 +25,52 @@ const (
 	slotCopying           // copy enqueued, fence not yet seen complete
 )
 
-// stagerDevice is what a stager needs from a backend. Every method but
-// ordinal and run must be called inside run, which makes the device current
-// on the calling thread; one run per batch keeps driver calls few.
-type stagerDevice interface {
-	ordinal() int
-	run(fn func() error) error
-	allocHost(size int) ([]byte, error)
-	freeHost(buf []byte) error
-	newStream() (uintptr, error)
-	destroyStream(stream uintptr) error
-	newFence() (uintptr, error)
-	destroyFence(fence uintptr) error
-	// copyAsync enqueues the copy of src to dst at dstOff on stream and
+// ringSlot is a slot of the ring: the cufile.Slot its users hold, and the
+// state the stager keeps of it.
+type ringSlot struct {
+	cufile.Slot
+
+	index int
+	state slotState
+	fence uintptr // the event recorded after the slot's last copy
+	seq   uint64  // enqueue order, to wait on the oldest copy first
+	// copier enqueued the slot's pending copy and may take it back.
+	copier *copier
+}
+
+// public is what a user of the stager holds of slot; nil for none.
+func (slot *ringSlot) public() *cufile.Slot {
+	if slot == nil {
+		return nil
+	}
+	return &slot.Slot
+}
+
+// Device is what a stager needs from a backend. Every method but Ordinal
+// and Run must be called inside Run, which makes the device current on the
+// calling thread; one Run per batch keeps driver calls few.
+type Device interface {
+	Ordinal() int
+	Run(fn func() error) error
+	AllocHost(size int) ([]byte, error)
+	FreeHost(buf []byte) error
+	NewStream() (uintptr, error)
+	DestroyStream(stream uintptr) error
+	NewFence() (uintptr, error)
+	DestroyFence(fence uintptr) error
+	// CopyAsync enqueues the copy of src to dst at dstOff on stream and
 	// records fence after it. A backend that can tell which copy failed
 	// (the host stand-in) calls fault with that copy's failure before the
 	// fence completes, and reports it nowhere else; one that cannot (a
 	// CUDA fault poisons the whole context) reports it from its waits.
-	copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64, fault func(error)) error
+	CopyAsync(stream, fence uintptr, src []byte, dst cufile.Allocation, dstOff uint64, fault func(error)) error
 	// copyDtoDAsync enqueues the copy of n bytes of src at srcOff to dst
 	// at dstOff on stream (device to device, no slot involved); fault as
-	// for copyAsync.
-	copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64, fault func(error)) error
-	fenceDone(fence uintptr) (bool, error)
-	waitFence(fence uintptr) error
-	syncStream(stream uintptr) error
+	// for CopyAsync.
+	CopyDtoDAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst cufile.Allocation, dstOff uint64, n uint64, fault func(error)) error
+	FenceDone(fence uintptr) (bool, error)
+	WaitFence(fence uintptr) error
+	SyncStream(stream uintptr) error
 }
 
 // copyStream is one stream of the pool. A stream runs its copies in order,
@@ -57,31 +82,20 @@ type copyStream struct {
 	// through the calls: GETs on other streams go on meanwhile.
 	enqueue sync.Mutex
 	// The fields below are the stager's, under its lock.
-	users   int     // open copiers on this stream
-	copying []*Slot // oldest first
+	users   int         // open copiers on this stream
+	copying []*ringSlot // oldest first
 }
-
-// CopyError is the asynchronous failure of one copy into Dst. It is
-// reported by the Sync (or Close) of the copier that enqueued the copy and
-// by no other: a request whose buffer faults does not fail the requests
-// whose copies share its stream. Copies of one copier into several
-// destinations (CopyAsyncMany) say which destination failed.
-type CopyError struct {
-	Dst Allocation
-	Err error
-}
-
-func (e *CopyError) Error() string { return e.Err.Error() }
-func (e *CopyError) Unwrap() error { return e.Err }
 
 type stager struct {
-	dev stagerDevice
-	cfg StagerConfig
+	dev Device
+	cfg cufile.StagerConfig
 
-	mu      sync.Mutex
-	chunks  [][]byte // the pinned allocations the slots are cut from
-	slots   []*Slot
-	free    []*Slot
+	mu     sync.Mutex
+	chunks [][]byte // the pinned allocations the slots are cut from
+	slots  []*ringSlot
+	free   []*ringSlot
+	// bySlot finds a slot of this ring from what its user holds.
+	bySlot  map[*cufile.Slot]*ringSlot
 	streams []*copyStream
 	seq     uint64
 	copiers int
@@ -93,12 +107,14 @@ type stager struct {
 	closed    bool
 }
 
-func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
+// New makes a stager of dev's slot ring and copy streams, sized by cfg;
+// it pins the ring's first chunk now and the rest as GETs need slots.
+func New(dev Device, cfg cufile.StagerConfig) (cufile.Stager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cufile: stager: %w", err)
 	}
-	s := &stager{dev: dev, cfg: cfg, changed: make(chan struct{})}
-	err := dev.run(func() error {
+	s := &stager{dev: dev, cfg: cfg, changed: make(chan struct{}), bySlot: map[*cufile.Slot]*ringSlot{}}
+	err := dev.Run(func() error {
 		// The first chunk now, so that a ring that cannot be pinned at all
 		// fails here, where the caller asked for it.
 		host, fences, err := s.pin(s.chunkSlots())
@@ -107,7 +123,7 @@ func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
 		}
 		s.addLocked(host, fences)
 		for range cfg.Streams {
-			h, err := dev.newStream()
+			h, err := dev.NewStream()
 			if err != nil {
 				return err
 			}
@@ -121,19 +137,19 @@ func newStager(dev stagerDevice, cfg StagerConfig) (*stager, error) {
 	return s, nil
 }
 
-// destroy frees what newStager made; no copy may be outstanding.
+// destroy frees what New made; no copy may be outstanding.
 func (s *stager) destroy() error {
-	return s.dev.run(func() error {
+	return s.dev.Run(func() error {
 		var errs []error
 		for _, st := range s.streams {
-			errs = append(errs, s.dev.destroyStream(st.handle))
+			errs = append(errs, s.dev.DestroyStream(st.handle))
 		}
 		for _, slot := range s.slots {
-			errs = append(errs, s.dev.destroyFence(slot.fence))
+			errs = append(errs, s.dev.DestroyFence(slot.fence))
 			slot.Buf = nil
 		}
 		for _, host := range s.chunks {
-			errs = append(errs, s.dev.freeHost(host))
+			errs = append(errs, s.dev.FreeHost(host))
 		}
 		s.chunks = nil
 		return errors.Join(errs...)
@@ -157,21 +173,21 @@ func (s *stager) chunkSlots() int {
 	return max(1, min(s.cfg.Slots-len(s.slots), growChunk/s.cfg.SlotSize))
 }
 
-// pin pins k slots' memory and makes their fences; called inside run. On
+// pin pins k slots' memory and makes their fences; called inside Run. On
 // failure it frees what it made.
 func (s *stager) pin(k int) ([]byte, []uintptr, error) {
-	host, err := s.dev.allocHost(k * s.cfg.SlotSize)
+	host, err := s.dev.AllocHost(k * s.cfg.SlotSize)
 	if err != nil {
 		return nil, nil, err
 	}
 	fences := make([]uintptr, 0, k)
 	for range k {
-		fence, err := s.dev.newFence()
+		fence, err := s.dev.NewFence()
 		if err != nil {
 			for _, f := range fences {
-				_ = s.dev.destroyFence(f)
+				_ = s.dev.DestroyFence(f)
 			}
-			return nil, nil, errors.Join(err, s.dev.freeHost(host))
+			return nil, nil, errors.Join(err, s.dev.FreeHost(host))
 		}
 		fences = append(fences, fence)
 	}
@@ -183,8 +199,9 @@ func (s *stager) addLocked(host []byte, fences []uintptr) {
 	size := s.cfg.SlotSize
 	s.chunks = append(s.chunks, host)
 	for i, fence := range fences {
-		slot := &Slot{Buf: host[i*size : (i+1)*size : (i+1)*size], index: len(s.slots), fence: fence}
+		slot := &ringSlot{Slot: cufile.Slot{Buf: host[i*size : (i+1)*size : (i+1)*size]}, index: len(s.slots), fence: fence}
 		s.slots = append(s.slots, slot)
+		s.bySlot[&slot.Slot] = slot
 		s.free = append(s.free, slot)
 	}
 }
@@ -195,7 +212,7 @@ func (s *stager) addLocked(host []byte, fences []uintptr) {
 func (s *stager) grow(k int) {
 	var host []byte
 	var fences []uintptr
-	err := s.dev.run(func() error {
+	err := s.dev.Run(func() error {
 		var err error
 		host, fences, err = s.pin(k)
 		return err
@@ -218,8 +235,9 @@ func (s *stager) Pinned() int64 {
 	return int64(len(s.slots)) * int64(s.cfg.SlotSize)
 }
 
-func (s *stager) AcquireSlot(ctx context.Context) (*Slot, error) {
-	return s.acquire(ctx, nil, nil)
+func (s *stager) AcquireSlot(ctx context.Context) (*cufile.Slot, error) {
+	slot, err := s.acquire(ctx, nil, nil)
+	return slot.public(), err
 }
 
 // acquire takes a free slot, the one freed last. With own, the acquiring
@@ -229,7 +247,7 @@ func (s *stager) AcquireSlot(ctx context.Context) (*Slot, error) {
 // stream; failing that, one acquirer pins the next chunk of the ring while
 // it has room to grow, or else blocks on the oldest copy, while the others
 // wait for a change.
-func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStream) (*Slot, error) {
+func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStream) (*ringSlot, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -245,7 +263,7 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 		}
 		if s.closed {
 			s.mu.Unlock()
-			return nil, ErrClosed
+			return nil, cufile.ErrClosed
 		}
 		if n := len(s.free); n > 0 {
 			slot := s.free[n-1]
@@ -266,7 +284,7 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 			s.waiting = true
 			s.mu.Unlock()
 			start := time.Now()
-			err := s.dev.run(func() error { return s.dev.waitFence(oldest.fence) })
+			err := s.dev.Run(func() error { return s.dev.WaitFence(oldest.fence) })
 			addSince(waited, start)
 			s.mu.Lock()
 			s.waiting = false
@@ -301,7 +319,7 @@ func (s *stager) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
-func (s *stager) freeLocked(slot *Slot) {
+func (s *stager) freeLocked(slot *ringSlot) {
 	slot.state = slotFree
 	slot.copier = nil
 	s.free = append(s.free, slot)
@@ -317,7 +335,7 @@ const reclaimHeads = 8
 // taken again (another reclaim may have taken it first).
 func (s *stager) reclaim(streams ...*copyStream) {
 	type head struct {
-		slot   *Slot
+		slot   *ringSlot
 		seq    uint64
 		copier *copier // whose copy it is, to report a failure to
 		err    error
@@ -347,12 +365,12 @@ func (s *stager) reclaim(streams ...*copyStream) {
 	if len(looks) == 0 {
 		return
 	}
-	runErr := s.dev.run(func() error {
+	runErr := s.dev.Run(func() error {
 		for i := range looks {
 			l := &looks[i]
 			for l.done < len(l.heads) {
 				h := &l.heads[l.done]
-				done, err := s.dev.fenceDone(h.slot.fence)
+				done, err := s.dev.FenceDone(h.slot.fence)
 				if err != nil {
 					// The copy failed: the slot is free to reuse and
 					// the copier that made it reports the failure.
@@ -420,16 +438,16 @@ func (c *copier) noteErr(err error) {
 
 // faultTo returns what a backend calls when a copy of c's into dst fails:
 // the first failure per destination is kept for c's next Sync.
-func (c *copier) faultTo(dst Allocation) func(error) {
+func (c *copier) faultTo(dst cufile.Allocation) func(error) {
 	return func(err error) {
 		c.fmu.Lock()
 		defer c.fmu.Unlock()
 		for _, e := range c.errs {
-			if ce, ok := e.(*CopyError); ok && ce.Dst == dst {
+			if ce, ok := e.(*cufile.CopyError); ok && ce.Dst == dst {
 				return
 			}
 		}
-		c.errs = append(c.errs, &CopyError{Dst: dst, Err: err})
+		c.errs = append(c.errs, &cufile.CopyError{Dst: dst, Err: err})
 	}
 }
 
@@ -442,8 +460,8 @@ func (c *copier) takeErrs() []error {
 	return errs
 }
 
-func (s *stager) oldestCopyingLocked() *Slot {
-	var oldest *Slot
+func (s *stager) oldestCopyingLocked() *ringSlot {
+	var oldest *ringSlot
 	for _, st := range s.streams {
 		if len(st.copying) > 0 && (oldest == nil || st.copying[0].seq < oldest.seq) {
 			oldest = st.copying[0]
@@ -453,7 +471,7 @@ func (s *stager) oldestCopyingLocked() *Slot {
 }
 
 // failOldestLocked gives back a slot whose fence could not be waited for.
-func (s *stager) failOldestLocked(slot *Slot, err error) {
+func (s *stager) failOldestLocked(slot *ringSlot, err error) {
 	for _, st := range s.streams {
 		if len(st.copying) > 0 && st.copying[0] == slot {
 			slot.copier.noteErr(err)
@@ -464,16 +482,19 @@ func (s *stager) failOldestLocked(slot *Slot, err error) {
 	}
 }
 
-// ownsLocked reports whether slot is one of this ring's slots in state.
-func (s *stager) ownsLocked(slot *Slot, state slotState) bool {
-	return slot != nil && slot.index >= 0 && slot.index < len(s.slots) &&
-		s.slots[slot.index] == slot && slot.state == state
+// ownsLocked returns the slot of this ring that p is, if it is in state.
+func (s *stager) ownsLocked(p *cufile.Slot, state slotState) (*ringSlot, bool) {
+	slot, ok := s.bySlot[p]
+	if !ok || slot.state != state {
+		return nil, false
+	}
+	return slot, true
 }
 
-func (s *stager) release(slot *Slot) {
+func (s *stager) release(p *cufile.Slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ownsLocked(slot, slotHeld) {
+	if slot, ok := s.ownsLocked(p, slotHeld); ok {
 		s.freeLocked(slot)
 		s.notifyLocked()
 	}
@@ -494,11 +515,11 @@ func (s *stager) Busy() (held, copying int) {
 	return held, copying
 }
 
-func (s *stager) NewCopier() (Copier, error) {
+func (s *stager) NewCopier() (cufile.Copier, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, cufile.ErrClosed
 	}
 	least := s.streams[0]
 	for _, st := range s.streams[1:] {
@@ -539,10 +560,10 @@ func (s *stager) Close() error {
 	}
 	s.mu.Unlock()
 
-	err := s.dev.run(func() error {
+	err := s.dev.Run(func() error {
 		var errs []error
 		for _, st := range s.streams {
-			errs = append(errs, s.dev.syncStream(st.handle))
+			errs = append(errs, s.dev.SyncStream(st.handle))
 			st.copying = nil
 		}
 		return errors.Join(errs...)
@@ -559,43 +580,45 @@ type copier struct {
 	// last and lastSeq are the slot this copier enqueued last and its
 	// enqueue order: on a stream shared with other copiers, waiting for it
 	// waits for every copy of this copier and none queued after it.
-	last    *Slot
+	last    *ringSlot
 	lastSeq uint64
 	// unfenced: a device-to-device copy was enqueued after last, with no
 	// fence of its own, so only a stream synchronisation covers it.
 	unfenced bool
 	// fmu guards errs, written by the backend's copy workers too: the
-	// failures of this copier's copies since the last Sync (CopyError per
+	// failures of this copier's copies since the last Sync (cufile.CopyError per
 	// destination, then at most one failure the device reported).
 	fmu       sync.Mutex
 	errs      []error
 	deviceErr bool
 }
 
-func (c *copier) AcquireSlot(ctx context.Context) (*Slot, error) {
+func (c *copier) AcquireSlot(ctx context.Context) (*cufile.Slot, error) {
 	if c.closed {
-		return nil, ErrClosed
+		return nil, cufile.ErrClosed
 	}
 	// One pool for every copier: take back this stream's landed copies
 	// first, so that the slot on top is one still in the CPU's cache.
-	return c.s.acquire(ctx, &c.waited, c.stream)
+	slot, err := c.s.acquire(ctx, &c.waited, c.stream)
+	return slot.public(), err
 }
 
-func (c *copier) ReleaseSlot(slot *Slot) { c.s.release(slot) }
+func (c *copier) ReleaseSlot(slot *cufile.Slot) { c.s.release(slot) }
 
 func (c *copier) WaitNanos() int64 { return c.waited.Load() }
 
-func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) error {
+func (c *copier) CopyAsync(p *cufile.Slot, n int, dst cufile.Allocation, dstOff uint64) error {
 	s := c.s
 	s.mu.Lock()
-	if !s.ownsLocked(slot, slotHeld) {
+	slot, ok := s.ownsLocked(p, slotHeld)
+	if !ok {
 		s.mu.Unlock()
 		return errors.New("cufile: CopyAsync of a slot not held from this stager")
 	}
 	s.mu.Unlock()
 	// The slot is held: nothing but this caller changes it until the copy
 	// is recorded, and the stager does not close under a held slot.
-	err := c.checkCopy(slot, n, dst, dstOff)
+	err := c.checkCopy(len(slot.Buf), n, dst, dstOff)
 	if err == nil && n > 0 {
 		st := c.stream
 		st.enqueue.Lock()
@@ -618,14 +641,14 @@ func (c *copier) CopyAsync(slot *Slot, n int, dst Allocation, dstOff uint64) err
 
 // enqueue enqueues the copy of src, part of slot, on the copier's stream,
 // with the slot's fence recorded after it; the stream's enqueue lock is held.
-func (c *copier) enqueue(slot *Slot, src []byte, dst Allocation, dstOff uint64) error {
+func (c *copier) enqueue(slot *ringSlot, src []byte, dst cufile.Allocation, dstOff uint64) error {
 	s := c.s
-	return s.dev.run(func() error {
-		err := s.dev.copyAsync(c.stream.handle, slot.fence, src, dst, dstOff, c.faultTo(dst))
+	return s.dev.Run(func() error {
+		err := s.dev.CopyAsync(c.stream.handle, slot.fence, src, dst, dstOff, c.faultTo(dst))
 		if err != nil {
 			// The copy may be enqueued without its fence: drain the
 			// stream before the slot can be filled again.
-			return errors.Join(err, s.dev.syncStream(c.stream.handle))
+			return errors.Join(err, s.dev.SyncStream(c.stream.handle))
 		}
 		return nil
 	})
@@ -633,7 +656,7 @@ func (c *copier) enqueue(slot *Slot, src []byte, dst Allocation, dstOff uint64) 
 
 // copyingLocked records slot's copies as enqueued: it is the stream's
 // newest, and comes back to this copier once they complete.
-func (c *copier) copyingLocked(slot *Slot) {
+func (c *copier) copyingLocked(slot *ringSlot) {
 	s := c.s
 	s.seq++
 	slot.seq = s.seq
@@ -650,11 +673,12 @@ func (c *copier) copyingLocked(slot *Slot) {
 // every copy of it has completed. A piece that is refused (out of range, a
 // closed allocation) gets its error at its index and is skipped; the others
 // are enqueued. It takes the slot in every case.
-func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
+func (c *copier) CopyAsyncMany(p *cufile.Slot, pieces []cufile.SlotCopy) []error {
 	s := c.s
 	errs := make([]error, len(pieces))
 	s.mu.Lock()
-	if !s.ownsLocked(slot, slotHeld) {
+	slot, ok := s.ownsLocked(p, slotHeld)
+	if !ok {
 		s.mu.Unlock()
 		for i := range errs {
 			errs[i] = errors.New("cufile: CopyAsyncMany of a slot not held from this stager")
@@ -667,12 +691,11 @@ func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 	enqueued := false
 	for i, p := range pieces {
 		if p.Off < 0 || p.Off > len(slot.Buf) {
-			errs[i] = fmt.Errorf("%w: piece at %d of a %d-byte slot", ErrOutOfRange, p.Off, len(slot.Buf))
+			errs[i] = fmt.Errorf("%w: piece at %d of a %d-byte slot", cufile.ErrOutOfRange, p.Off, len(slot.Buf))
 			continue
 		}
 		src := slot.Buf[p.Off:]
-		view := &Slot{Buf: src}
-		if errs[i] = c.checkCopy(view, p.N, p.Dst, p.DstOff); errs[i] != nil || p.N == 0 {
+		if errs[i] = c.checkCopy(len(src), p.N, p.Dst, p.DstOff); errs[i] != nil || p.N == 0 {
 			continue
 		}
 		if errs[i] = c.enqueue(slot, src[:p.N], p.Dst, p.DstOff); errs[i] == nil {
@@ -695,24 +718,24 @@ func (c *copier) CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error {
 // srcOff to dst at dstOff on this copier's stream, after every copy the
 // copier enqueued before it: bytes another copy of this copier landed in
 // src are copied on without asking the server again.
-func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error {
+func (c *copier) CopyDeviceAsync(src cufile.Allocation, srcOff uint64, dst cufile.Allocation, dstOff uint64, n int64) error {
 	s := c.s
 	switch {
 	case c.closed:
-		return ErrClosed
+		return cufile.ErrClosed
 	case src == nil || dst == nil:
-		return fmt.Errorf("%w: no allocation", ErrBadHandle)
+		return fmt.Errorf("%w: no allocation", cufile.ErrBadHandle)
 	case n < 0:
-		return fmt.Errorf("%w: %d bytes", ErrOutOfRange, n)
-	case src.Device() != s.dev.ordinal() || dst.Device() != s.dev.ordinal():
-		return fmt.Errorf("%w: allocations on devices %d and %d, stager on device %d", ErrNoDevice, src.Device(), dst.Device(), s.dev.ordinal())
+		return fmt.Errorf("%w: %d bytes", cufile.ErrOutOfRange, n)
+	case src.Device() != s.dev.Ordinal() || dst.Device() != s.dev.Ordinal():
+		return fmt.Errorf("%w: allocations on devices %d and %d, stager on device %d", cufile.ErrNoDevice, src.Device(), dst.Device(), s.dev.Ordinal())
 	}
 	for _, a := range []struct {
-		alloc Allocation
+		alloc cufile.Allocation
 		off   uint64
 	}{{src, srcOff}, {dst, dstOff}} {
 		if size := a.alloc.Size(); a.off > size || uint64(n) > size-a.off {
-			return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfRange, n, a.off, size)
+			return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", cufile.ErrOutOfRange, n, a.off, size)
 		}
 	}
 	if n == 0 {
@@ -724,32 +747,32 @@ func (c *copier) CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, 
 	s.mu.Lock()
 	c.unfenced = true // read by syncTarget under the lock
 	s.mu.Unlock()
-	return s.dev.run(func() error {
-		return s.dev.copyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n), c.faultTo(dst))
+	return s.dev.Run(func() error {
+		return s.dev.CopyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n), c.faultTo(dst))
 	})
 }
 
 // checkCopy refuses a copy before anything is enqueued.
-func (c *copier) checkCopy(slot *Slot, n int, dst Allocation, dstOff uint64) error {
+func (c *copier) checkCopy(slotLen, n int, dst cufile.Allocation, dstOff uint64) error {
 	switch {
 	case c.closed:
-		return ErrClosed
+		return cufile.ErrClosed
 	case dst == nil:
-		return fmt.Errorf("%w: no allocation", ErrBadHandle)
-	case n < 0 || n > len(slot.Buf):
-		return fmt.Errorf("%w: %d bytes from a %d-byte slot", ErrOutOfRange, n, len(slot.Buf))
-	case dst.Device() != c.s.dev.ordinal():
-		return fmt.Errorf("%w: allocation on device %d, stager on device %d", ErrNoDevice, dst.Device(), c.s.dev.ordinal())
+		return fmt.Errorf("%w: no allocation", cufile.ErrBadHandle)
+	case n < 0 || n > slotLen:
+		return fmt.Errorf("%w: %d bytes from a %d-byte slot", cufile.ErrOutOfRange, n, slotLen)
+	case dst.Device() != c.s.dev.Ordinal():
+		return fmt.Errorf("%w: allocation on device %d, stager on device %d", cufile.ErrNoDevice, dst.Device(), c.s.dev.Ordinal())
 	}
 	if size := dst.Size(); dstOff > size || uint64(n) > size-dstOff {
-		return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", ErrOutOfRange, n, dstOff, size)
+		return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte allocation", cufile.ErrOutOfRange, n, dstOff, size)
 	}
 	return nil
 }
 
 func (c *copier) Drain() error {
 	s := c.s
-	err := s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+	err := s.dev.Run(func() error { return s.dev.SyncStream(c.stream.handle) })
 	if err != nil {
 		c.noteErr(err)
 	}
@@ -758,7 +781,7 @@ func (c *copier) Drain() error {
 
 func (c *copier) Sync() error {
 	if c.closed {
-		return ErrClosed
+		return cufile.ErrClosed
 	}
 	return c.sync()
 }
@@ -770,9 +793,9 @@ func (c *copier) sync() error {
 	var err error
 	switch {
 	case whole:
-		err = s.dev.run(func() error { return s.dev.syncStream(c.stream.handle) })
+		err = s.dev.Run(func() error { return s.dev.SyncStream(c.stream.handle) })
 	case fence != 0:
-		err = s.dev.run(func() error { return s.dev.waitFence(fence) })
+		err = s.dev.Run(func() error { return s.dev.WaitFence(fence) })
 	}
 	addSince(&c.waited, start)
 	// Only this copier's failures: another request's copy that failed on
@@ -825,32 +848,4 @@ func (c *copier) Close() error {
 	s.notifyLocked()
 	s.mu.Unlock()
 	return err
-}
-
-// CopyFrom copies n bytes of r into dst at dstOff through one copier of
-// stager: each slot is copied to the device while the next one fills. It
-// returns once every enqueued copy has completed, with the number of bytes
-// enqueued; on an error, the copies already enqueued have completed too.
-func CopyFrom(ctx context.Context, stager Stager, r io.Reader, n int64, dst Allocation, dstOff uint64) (int64, error) {
-	copier, err := stager.NewCopier()
-	if err != nil {
-		return 0, err
-	}
-	var done int64
-	for done < n {
-		slot, err := copier.AcquireSlot(ctx)
-		if err != nil {
-			return done, errors.Join(err, copier.Close())
-		}
-		k := min(int64(len(slot.Buf)), n-done)
-		if _, err := io.ReadFull(r, slot.Buf[:k]); err != nil {
-			copier.ReleaseSlot(slot)
-			return done, errors.Join(err, copier.Close())
-		}
-		if err := copier.CopyAsync(slot, int(k), dst, dstOff+uint64(done)); err != nil {
-			return done, errors.Join(err, copier.Close())
-		}
-		done += k
-	}
-	return done, copier.Close() // Close synchronises the stream
 }

@@ -1,4 +1,4 @@
-package cufile
+package staging_test
 
 import (
 	"bytes"
@@ -12,9 +12,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
+	"github.com/s3gdsfs/s3gdsfs/cufile/staging"
 )
 
-func newTestStager(t *testing.T, b *hostStandin, cfg StagerConfig) Stager {
+func newTestStager(t *testing.T, b cufile.Backend, cfg cufile.StagerConfig) cufile.Stager {
 	t.Helper()
 	st, err := b.NewStager(0, cfg)
 	if err != nil {
@@ -29,8 +33,8 @@ func newTestStager(t *testing.T, b *hostStandin, cfg StagerConfig) Stager {
 }
 
 func acquireWithin(st interface {
-	AcquireSlot(context.Context) (*Slot, error)
-}, d time.Duration) (*Slot, error) {
+	AcquireSlot(context.Context) (*cufile.Slot, error)
+}, d time.Duration) (*cufile.Slot, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return st.AcquireSlot(ctx)
@@ -41,7 +45,7 @@ func acquireWithin(st interface {
 // refilled before its copy has landed, and every byte arrives.
 func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 	b, dir := standin(t)
-	b.copyDelay = 100 * time.Microsecond
+	hoststandin.SlowCopies(b, 100*time.Microsecond)
 	const workers, chunks, slotSize = 8, 40, 4096
 	smallChunks(t, slotSize, time.Second)
 	const region = chunks * slotSize
@@ -51,7 +55,7 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 3, Streams: 2})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: slotSize, Slots: 3, Streams: 2})
 
 	var holder [3]atomic.Int32 // which worker holds each slot, 0 for none
 	want := make([]byte, workers*region)
@@ -76,13 +80,14 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 					errs <- err
 					return
 				}
-				if !holder[slot.index].CompareAndSwap(0, int32(w)) {
-					errs <- fmt.Errorf("slot %d handed to worker %d while worker %d holds it", slot.index, w, holder[slot.index].Load())
+				idx := staging.SlotIndex(st, slot)
+				if !holder[idx].CompareAndSwap(0, int32(w)) {
+					errs <- fmt.Errorf("slot %d handed to worker %d while worker %d holds it", idx, w, holder[idx].Load())
 					return
 				}
 				n := min(1+(i*7919)%slotSize, region-i) // odd sizes
 				copy(slot.Buf, data[i:i+n])
-				holder[slot.index].Store(0)
+				holder[idx].Store(0)
 				if err := c.CopyAsync(slot, n, a, off+uint64(i)); err != nil {
 					errs <- err
 					return
@@ -103,7 +108,7 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 		t.Fatal("file differs from what was copied")
 	}
 
-	if got := st.(*stager).Pinned(); got != 3*slotSize {
+	if got := st.Pinned(); got != 3*slotSize {
 		t.Fatalf("the ring pinned %d bytes, want its 3 slots", got)
 	}
 	// Every slot is back: three can be taken (at once; the deadline is
@@ -116,20 +121,12 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 	if _, err := acquireWithin(st, 20*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("fourth slot: %v; want DeadlineExceeded", err)
 	}
-	releaseAll(st)
-}
-
-// releaseAll gives back every held slot so the stager can close.
-func releaseAll(st Stager) {
-	s := st.(*stager)
-	for _, slot := range s.slots {
-		s.release(slot)
-	}
+	staging.ReleaseAll(st)
 }
 
 func TestAcquireSlotHonoursContext(t *testing.T) {
 	b, _ := standin(t)
-	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	slot, err := st.AcquireSlot(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +136,7 @@ func TestAcquireSlotHonoursContext(t *testing.T) {
 	}
 
 	// A blocked acquirer gets the slot as soon as it is released.
-	got := make(chan *Slot)
+	got := make(chan *cufile.Slot)
 	go func() {
 		s, _ := acquireWithin(st, 5*time.Second)
 		got <- s
@@ -159,14 +156,14 @@ func TestAcquireSlotHonoursContext(t *testing.T) {
 func TestAcquireWaitsForCopyAndCountsIt(t *testing.T) {
 	b, dir := standin(t)
 	const delay = 200 * time.Millisecond
-	b.copyDelay = delay
+	hoststandin.SlowCopies(b, delay)
 	path := standinFile(t, dir, "buf", 128, 0)
 	a, err := b.Import(0, nameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	c, _ := st.NewCopier()
 	defer c.Close()
 
@@ -218,7 +215,7 @@ func TestAcquireWaitsForCopyAndCountsIt(t *testing.T) {
 
 func TestReleaseSlotTwiceIsHarmless(t *testing.T) {
 	b, _ := standin(t)
-	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 2, Streams: 1})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 2, Streams: 1})
 	c, _ := st.NewCopier()
 	defer c.Close()
 	slot, _ := st.AcquireSlot(context.Background())
@@ -242,8 +239,8 @@ func TestCopyAsyncRefusesSlotsNotHeld(t *testing.T) {
 	standinFile(t, dir, "buf", 100, 0)
 	a, _ := b.Import(0, nameHandle("buf"))
 	defer a.Close()
-	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
-	other := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	other := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	c, _ := st.NewCopier()
 	defer c.Close()
 
@@ -251,21 +248,21 @@ func TestCopyAsyncRefusesSlotsNotHeld(t *testing.T) {
 	if err := c.CopyAsync(foreign, 1, a, 0); err == nil {
 		t.Error("CopyAsync took another stager's slot")
 	}
-	releaseAll(other)
+	staging.ReleaseAll(other)
 
 	slot, _ := c.AcquireSlot(context.Background())
 	c.ReleaseSlot(slot)
 	if err := c.CopyAsync(slot, 1, a, 0); err == nil {
 		t.Error("CopyAsync took a released slot")
 	}
-	if err := c.CopyAsync(&Slot{Buf: make([]byte, 64)}, 1, a, 0); err == nil {
+	if err := c.CopyAsync(&cufile.Slot{Buf: make([]byte, 64)}, 1, a, 0); err == nil {
 		t.Error("CopyAsync took a made-up slot")
 	}
 }
 
 func TestStagerCloseWhileBusy(t *testing.T) {
 	b, _ := standin(t)
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 64, Slots: 2, Streams: 1})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 64, Slots: 2, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +281,7 @@ func TestStagerCloseWhileBusy(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second copier Close: %v", err)
 	}
-	if err := c.Sync(); !errors.Is(err, ErrClosed) {
+	if err := c.Sync(); !errors.Is(err, cufile.ErrClosed) {
 		t.Errorf("Sync after Close = %v", err)
 	}
 	if err := st.Close(); err != nil {
@@ -293,37 +290,38 @@ func TestStagerCloseWhileBusy(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := st.AcquireSlot(context.Background()); !errors.Is(err, ErrClosed) {
+	if _, err := st.AcquireSlot(context.Background()); !errors.Is(err, cufile.ErrClosed) {
 		t.Errorf("AcquireSlot after Close = %v", err)
 	}
-	if _, err := st.NewCopier(); !errors.Is(err, ErrClosed) {
+	if _, err := st.NewCopier(); !errors.Is(err, cufile.ErrClosed) {
 		t.Errorf("NewCopier after Close = %v", err)
 	}
 }
 
 func TestCopiersSpreadOverStreams(t *testing.T) {
 	b, _ := standin(t)
-	st := newTestStager(t, b, StagerConfig{SlotSize: 64, Slots: 1, Streams: 2})
-	var cs []*copier
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 2})
+	var cs []cufile.Copier
 	for range 4 {
 		c, err := st.NewCopier()
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs = append(cs, c.(*copier))
+		cs = append(cs, c)
 	}
-	if cs[0].stream == cs[1].stream || cs[2].stream == cs[3].stream {
+	stream := func(c cufile.Copier) any { s, _ := staging.CopierStream(c); return s }
+	if stream(cs[0]) == stream(cs[1]) || stream(cs[2]) == stream(cs[3]) {
 		t.Fatal("copiers share a stream while another is idle")
 	}
 	// Free one stream: the next copier gets it to itself.
-	idle := cs[0].stream
-	if cs[2].stream != idle {
+	idle := stream(cs[0])
+	if stream(cs[2]) != idle {
 		t.Fatal("third copier not on the first stream")
 	}
 	cs[0].Close()
 	cs[2].Close()
 	c, _ := st.NewCopier()
-	if got := c.(*copier).stream; got != idle || got.users != 1 {
+	if got, users := staging.CopierStream(c); got != idle || users != 1 {
 		t.Error("new copier not on the idle stream")
 	}
 	c.Close()
@@ -331,20 +329,17 @@ func TestCopiersSpreadOverStreams(t *testing.T) {
 	cs[3].Close()
 }
 
-// A stager is made only of a whole configuration: a field left 0 (the
-// GPU engine's configuration holds the defaults) or out of range is
-// refused, naming the field.
 func TestStagerConfig(t *testing.T) {
 	b, _ := standin(t)
 	for _, c := range []struct {
-		cfg  StagerConfig
+		cfg  cufile.StagerConfig
 		want string
 	}{
-		{StagerConfig{Slots: 2, Streams: 1}, "SlotSize 0"},
-		{StagerConfig{SlotSize: -1, Slots: 2, Streams: 1}, "SlotSize -1"},
-		{StagerConfig{SlotSize: 64, Streams: 1}, "Slots 0"},
-		{StagerConfig{SlotSize: 64, Slots: 2}, "Streams 0"},
-		{StagerConfig{SlotSize: 1 << 62, Slots: 4, Streams: 1}, "Slots 4"},
+		{cufile.StagerConfig{Slots: 2, Streams: 1}, "SlotSize 0"},
+		{cufile.StagerConfig{SlotSize: -1, Slots: 2, Streams: 1}, "SlotSize -1"},
+		{cufile.StagerConfig{SlotSize: 64, Streams: 1}, "Slots 0"},
+		{cufile.StagerConfig{SlotSize: 64, Slots: 2}, "Streams 0"},
+		{cufile.StagerConfig{SlotSize: 1 << 62, Slots: 4, Streams: 1}, "Slots 4"},
 	} {
 		if _, err := b.NewStager(0, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewStager(%+v): %v, want an error naming %q", c.cfg, err, c.want)
@@ -362,7 +357,7 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 	}{{1, true}} {
 		t.Run("pool", func(t *testing.T) {
 			b, dir := standin(t)
-			b.copyDelay = 200 * time.Microsecond
+			hoststandin.SlowCopies(b, 200*time.Microsecond)
 			const slotSize, chunks = 4096, 64
 			path := standinFile(t, dir, "buf", slotSize*chunks, 0)
 			a, err := b.Import(0, nameHandle("buf"))
@@ -370,7 +365,7 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Close()
-			st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2})
+			st := newTestStager(t, b, cufile.StagerConfig{SlotSize: slotSize, Slots: 8, Streams: 2})
 			c, err := st.NewCopier()
 			if err != nil {
 				t.Fatal(err)
@@ -382,7 +377,7 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				seen[slot.index] = true
+				seen[staging.SlotIndex(c, slot)] = true
 				copy(slot.Buf, data[i*slotSize:(i+1)*slotSize])
 				if err := c.CopyAsync(slot, slotSize, a, uint64(i*slotSize)); err != nil {
 					t.Fatal(err)
@@ -403,7 +398,7 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 				t.Fatalf("copier filled %d distinct slots, want at most %d", len(seen), tc.wantMaxDistinct)
 			}
 			// Every slot is back in the ring once the copier closed.
-			var held []*Slot
+			var held []*cufile.Slot
 			for range 8 {
 				s, err := acquireWithin(st, time.Second)
 				if err != nil {
@@ -411,16 +406,16 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 				}
 				held = append(held, s)
 			}
-			releaseAll(st)
+			staging.ReleaseAll(st)
 		})
 	}
 }
 
-// Copiers share a small ring with copies lagging behind: no slot is handed
-// out twice and every byte lands.
-func TestCopiersShareASmallRing(t *testing.T) {
+// Copiers with slots of their own share a small ring with copies lagging
+// behind: no slot is handed out twice and every byte lands.
+func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 	b, dir := standin(t)
-	b.copyDelay = 300 * time.Microsecond
+	hoststandin.SlowCopies(b, 300*time.Microsecond)
 	const workers, chunks, slotSize = 6, 30, 4096
 	const region = chunks * slotSize
 	path := standinFile(t, dir, "buf", workers*region, 0)
@@ -430,7 +425,7 @@ func TestCopiersShareASmallRing(t *testing.T) {
 	}
 	defer a.Close()
 	// About a slot per worker: copiers wait on the ring.
-	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: slotSize, Slots: 7, Streams: 2})
 	var holder [7]atomic.Int32
 	want := make([]byte, workers*region)
 	var wg sync.WaitGroup
@@ -468,10 +463,10 @@ func TestCopiersShareASmallRing(t *testing.T) {
 // while the others' copies are still queued on the same stream.
 func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
 	b, dir := standin(t)
-	b.copyDelay = 300 * time.Microsecond
+	hoststandin.SlowCopies(b, 300*time.Microsecond)
 	const workers, chunks, slotSize = 4, 24, 4096
 	const region = chunks * slotSize
-	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 6, Streams: 1})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: slotSize, Slots: 6, Streams: 1})
 	var holder [6]atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -515,17 +510,18 @@ func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
 // copySlotBySlot copies data to dst at off through c, a slot at a time,
 // checking in holder (one entry per slot of the ring) that no slot is handed
 // to copier w while another holds it.
-func copySlotBySlot(c Copier, holder []atomic.Int32, w int, data []byte, slotSize int, dst Allocation, off uint64) error {
+func copySlotBySlot(c cufile.Copier, holder []atomic.Int32, w int, data []byte, slotSize int, dst cufile.Allocation, off uint64) error {
 	for i := 0; i < len(data); i += slotSize {
 		slot, err := acquireWithin(c, 10*time.Second)
 		if err != nil {
 			return err
 		}
-		if !holder[slot.index].CompareAndSwap(0, int32(w)) {
-			return fmt.Errorf("slot %d handed to copier %d while copier %d holds it", slot.index, w, holder[slot.index].Load())
+		idx := staging.SlotIndex(c, slot)
+		if !holder[idx].CompareAndSwap(0, int32(w)) {
+			return fmt.Errorf("slot %d handed to copier %d while copier %d holds it", idx, w, holder[idx].Load())
 		}
 		n := copy(slot.Buf[:slotSize], data[i:])
-		holder[slot.index].Store(0)
+		holder[idx].Store(0)
 		if err := c.CopyAsync(slot, n, dst, off+uint64(i)); err != nil {
 			return err
 		}
@@ -533,25 +529,45 @@ func copySlotBySlot(c Copier, holder []atomic.Int32, w int, data []byte, slotSiz
 	return nil
 }
 
-// pinFailer is the stand-in device whose pinning fails while fail is set.
+// pinFailer is a device whose pinning fails while fail is set.
 type pinFailer struct {
-	stagerDevice
+	staging.Device
 	fail   atomic.Bool
 	pinned atomic.Int32 // allocations made
 }
 
-func (d *pinFailer) allocHost(size int) ([]byte, error) {
+func (d *pinFailer) AllocHost(size int) ([]byte, error) {
 	if d.fail.Load() {
 		return nil, errors.New("injected: cannot pin")
 	}
 	d.pinned.Add(1)
-	return d.stagerDevice.allocHost(size)
+	return d.Device.AllocHost(size)
+}
+
+// pinOnly is a device that pins host memory and copies nothing: enough
+// for a ring whose slots are only taken and given back.
+type pinOnly struct{}
+
+func (pinOnly) Ordinal() int                       { return 0 }
+func (pinOnly) Run(fn func() error) error          { return fn() }
+func (pinOnly) AllocHost(size int) ([]byte, error) { return make([]byte, size), nil }
+func (pinOnly) FreeHost([]byte) error              { return nil }
+func (pinOnly) NewStream() (uintptr, error)        { return 1, nil }
+func (pinOnly) DestroyStream(uintptr) error        { return nil }
+func (pinOnly) NewFence() (uintptr, error)         { return 1, nil }
+func (pinOnly) DestroyFence(uintptr) error         { return nil }
+func (pinOnly) FenceDone(uintptr) (bool, error)    { return true, nil }
+func (pinOnly) WaitFence(uintptr) error            { return nil }
+func (pinOnly) SyncStream(uintptr) error           { return nil }
+func (pinOnly) CopyAsync(uintptr, uintptr, []byte, cufile.Allocation, uint64, func(error)) error {
+	return errors.New("pinOnly copies nothing")
+}
+func (pinOnly) CopyDtoDAsync(uintptr, cufile.Allocation, uint64, cufile.Allocation, uint64, uint64, func(error)) error {
+	return errors.New("pinOnly copies nothing")
 }
 
 func smallChunks(t *testing.T, chunk int, pause time.Duration) {
-	savedChunk, savedPause := growChunk, growPause
-	growChunk, growPause = chunk, pause
-	t.Cleanup(func() { growChunk, growPause = savedChunk, savedPause })
+	t.Cleanup(staging.SetGrowth(chunk, pause))
 }
 
 // The ring is pinned a chunk at a time as GETs need slots, never past its
@@ -559,8 +575,8 @@ func smallChunks(t *testing.T, chunk int, pause time.Duration) {
 // every slot it has is out, and a ring at its size makes an acquirer wait.
 func TestRingIsPinnedAsSlotsAreNeeded(t *testing.T) {
 	smallChunks(t, 4<<10, time.Second) // four 1 KiB slots a chunk
-	dev := &pinFailer{stagerDevice: &hostDevice{}}
-	s, err := newStager(dev, StagerConfig{SlotSize: 1 << 10, Slots: 10, Streams: 1})
+	dev := &pinFailer{Device: pinOnly{}}
+	s, err := staging.New(dev, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 10, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +584,7 @@ func TestRingIsPinnedAsSlotsAreNeeded(t *testing.T) {
 	if got := s.Pinned(); got != 4<<10 {
 		t.Fatalf("a new ring pinned %d bytes, want one chunk of 4096", got)
 	}
-	var held []*Slot
+	var held []*cufile.Slot
 	for i, want := range []int64{4, 4, 4, 4, 8, 8, 8, 8, 10, 10} {
 		slot, err := acquireWithin(s, time.Second)
 		if err != nil {
@@ -585,14 +601,14 @@ func TestRingIsPinnedAsSlotsAreNeeded(t *testing.T) {
 	if _, err := acquireWithin(s, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("an 11th slot of a 10-slot ring: %v, want to wait", err)
 	}
-	s.release(held[3])
+	staging.Release(s, held[3])
 	slot, err := acquireWithin(s, time.Second)
 	if err != nil || slot != held[3] {
 		t.Fatalf("after a release: slot %p err %v, want the released slot %p", slot, err, held[3])
 	}
 	held[3] = slot
 	for _, h := range held {
-		s.release(h)
+		staging.Release(s, h)
 	}
 	if got := s.Pinned(); got != 10<<10 {
 		t.Errorf("released slots stay pinned: %d bytes, want 10 KiB", got)
@@ -603,8 +619,8 @@ func TestRingIsPinnedAsSlotsAreNeeded(t *testing.T) {
 // the slots it has, and grows once pinning works again.
 func TestRingThatCannotGrowServesWithWhatItHas(t *testing.T) {
 	smallChunks(t, 2<<10, 20*time.Millisecond) // two 1 KiB slots a chunk
-	dev := &pinFailer{stagerDevice: &hostDevice{}}
-	s, err := newStager(dev, StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1})
+	dev := &pinFailer{Device: pinOnly{}}
+	s, err := staging.New(dev, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +633,7 @@ func TestRingThatCannotGrowServesWithWhatItHas(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(10 * time.Millisecond)
-		s.release(a)
+		staging.Release(s, a)
 	}()
 	c, err := acquireWithin(s, time.Second)
 	if err != nil || c != a {
@@ -627,7 +643,7 @@ func TestRingThatCannotGrowServesWithWhatItHas(t *testing.T) {
 		t.Fatalf("pinned %d bytes after failures, want the first chunk's 2048", got)
 	}
 	dev.fail.Store(false)
-	time.Sleep(2 * growPause)
+	time.Sleep(2 * staging.GrowPause())
 	d, err := acquireWithin(s, time.Second)
 	if err != nil {
 		t.Fatalf("once pinning works again: %v", err)
@@ -635,16 +651,16 @@ func TestRingThatCannotGrowServesWithWhatItHas(t *testing.T) {
 	if got := s.Pinned(); got != 4<<10 {
 		t.Errorf("pinned %d bytes once pinning works again, want 4096", got)
 	}
-	for _, h := range []*Slot{b, c, d} {
-		s.release(h)
+	for _, h := range []*cufile.Slot{b, c, d} {
+		staging.Release(s, h)
 	}
 }
 
 // A ring whose first chunk cannot be pinned is refused when made.
 func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
-	dev := &pinFailer{stagerDevice: &hostDevice{}}
+	dev := &pinFailer{Device: pinOnly{}}
 	dev.fail.Store(true)
-	if _, err := newStager(dev, StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1}); err == nil {
+	if _, err := staging.New(dev, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1}); err == nil {
 		t.Fatal("a ring that cannot be pinned was made")
 	}
 }
@@ -652,7 +668,8 @@ func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
 // Copies into a buffer truncated under its mapping fail, and only the
 // copier that made them hears of it: another request's copier on the same
 // stream syncs clean with its bytes right, however the two interleave
-// (one stream shared through the pool).
+// (one stream shared through the pool, or copiers cycling slots of their
+// own, whose Sync drains the whole stream).
 func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
 	b, dir := standin(t)
 	const slotSize, rounds = 4096, 40
@@ -671,7 +688,7 @@ func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
 	if err := os.Truncate(badPath, 0); err != nil {
 		t.Fatal(err)
 	}
-	st := newTestStager(t, b, StagerConfig{SlotSize: slotSize, Slots: 4, Streams: 1})
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: slotSize, Slots: 4, Streams: 1})
 	for round := range rounds {
 		cg, err := st.NewCopier()
 		if err != nil {
@@ -682,7 +699,7 @@ func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		data := pattern(slotSize, uint64(round))
-		send := func(c Copier, dst Allocation, off uint64, p []byte) {
+		send := func(c cufile.Copier, dst cufile.Allocation, off uint64, p []byte) {
 			t.Helper()
 			slot, err := c.AcquireSlot(context.Background())
 			if err != nil {
@@ -701,7 +718,7 @@ func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
 		if err := cg.Sync(); err != nil {
 			t.Fatalf("round %d: the healthy copier's Sync = %v", round, err)
 		}
-		if err := cb.Close(); !errors.Is(err, ErrBadHandle) {
+		if err := cb.Close(); !errors.Is(err, cufile.ErrBadHandle) {
 			t.Fatalf("round %d: the faulting copier's Close = %v, want ErrBadHandle", round, err)
 		}
 		if err := cg.Close(); err != nil {

@@ -1,6 +1,8 @@
-package cufile
+package hoststandin
 
 import (
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -24,7 +26,7 @@ import (
 func standin(t *testing.T) (*hostStandin, string) {
 	t.Helper()
 	dir := shortTempDir(t)
-	b, err := NewHostStandin(dir)
+	b, err := New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +55,8 @@ func standinFile(t *testing.T, dir, name string, size int, fill byte) string {
 	return path
 }
 
-func nameHandle(name string) Handle {
-	var h Handle
+func nameHandle(name string) cufile.Handle {
+	var h cufile.Handle
 	copy(h[:], name) // the rest stays NUL
 	return h
 }
@@ -95,8 +97,8 @@ func TestNewHostStandinNeedsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	file := standinFile(t, dir, "f", 1, 0)
 	for _, d := range []string{file, filepath.Join(dir, "missing")} {
-		if _, err := NewHostStandin(d); err == nil {
-			t.Errorf("NewHostStandin(%s) succeeded", d)
+		if _, err := New(d); err == nil {
+			t.Errorf("New(%s) succeeded", d)
 		}
 	}
 }
@@ -133,11 +135,11 @@ func TestStandinImportRefusesBadNames(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var unterminated Handle
+	var unterminated cufile.Handle
 	for i := range unterminated {
 		unterminated[i] = 'a'
 	}
-	cases := map[string]Handle{
+	cases := map[string]cufile.Handle{
 		"empty name":         {},
 		"no NUL":             unterminated,
 		"missing":            nameHandle("nope"),
@@ -153,7 +155,7 @@ func TestStandinImportRefusesBadNames(t *testing.T) {
 	}
 	for what, h := range cases {
 		a, err := b.Import(0, h)
-		if !errors.Is(err, ErrBadHandle) {
+		if !errors.Is(err, cufile.ErrBadHandle) {
 			t.Errorf("%s: Import = %v, %v; want ErrBadHandle", what, a, err)
 		}
 	}
@@ -163,10 +165,10 @@ func TestStandinRefusesOtherDevices(t *testing.T) {
 	b, dir := standin(t)
 	standinFile(t, dir, "buf", 100, 0)
 	for _, dev := range []int{-1, 1} {
-		if _, err := b.Import(dev, nameHandle("buf")); !errors.Is(err, ErrNoDevice) {
+		if _, err := b.Import(dev, nameHandle("buf")); !errors.Is(err, cufile.ErrNoDevice) {
 			t.Errorf("Import(device %d) = %v; want ErrNoDevice", dev, err)
 		}
-		if _, err := b.NewStager(dev, StagerConfig{}); !errors.Is(err, ErrNoDevice) {
+		if _, err := b.NewStager(dev, cufile.StagerConfig{}); !errors.Is(err, cufile.ErrNoDevice) {
 			t.Errorf("NewStager(device %d) = %v; want ErrNoDevice", dev, err)
 		}
 	}
@@ -174,7 +176,7 @@ func TestStandinRefusesOtherDevices(t *testing.T) {
 
 // copyThrough copies data into dst at off through st, slot by slot, the way
 // the read engine does.
-func copyThrough(t *testing.T, st Stager, dst Allocation, off uint64, data []byte) Copier {
+func copyThrough(t *testing.T, st cufile.Stager, dst cufile.Allocation, off uint64, data []byte) cufile.Copier {
 	t.Helper()
 	c, err := st.NewCopier()
 	if err != nil {
@@ -207,7 +209,7 @@ func TestStandinCopyIsByteExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 64 << 10, Slots: 3, Streams: 2})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 64 << 10, Slots: 3, Streams: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ func TestStandinRangeCheckedBeforeAnyByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 4096, Slots: 2, Streams: 1})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 4096, Slots: 2, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +269,7 @@ func TestStandinRangeCheckedBeforeAnyByte(t *testing.T) {
 		for i := range slot.Buf {
 			slot.Buf[i] = 0xee
 		}
-		if err := c.CopyAsync(slot, tc.n, a, tc.off); !errors.Is(err, ErrOutOfRange) {
+		if err := c.CopyAsync(slot, tc.n, a, tc.off); !errors.Is(err, cufile.ErrOutOfRange) {
 			t.Errorf("CopyAsync(n=%d, off=%d) = %v; want ErrOutOfRange", tc.n, tc.off, err)
 		}
 	}
@@ -279,7 +281,7 @@ func TestStandinRangeCheckedBeforeAnyByte(t *testing.T) {
 	}
 
 	// The exact fit is accepted, and the refused slots came back.
-	slots := make([]*Slot, 0, 2)
+	slots := make([]*cufile.Slot, 0, 2)
 	for range 2 {
 		slot, err := c.AcquireSlot(context.Background())
 		if err != nil {
@@ -302,7 +304,7 @@ func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +312,7 @@ func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 	c, _ := st.NewCopier()
 	defer c.Close()
 
-	try := func(dst Allocation, want error) {
+	try := func(dst cufile.Allocation, want error) {
 		t.Helper()
 		slot, err := c.AcquireSlot(context.Background())
 		if err != nil {
@@ -320,11 +322,11 @@ func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 			t.Errorf("CopyAsync = %v; want %v", err, want)
 		}
 	}
-	try(nil, ErrBadHandle)
-	try(fakeAllocation{device: 1, size: 100}, ErrNoDevice)
-	try(fakeAllocation{device: 0, size: 100}, ErrBadHandle) // not a stand-in mapping
+	try(nil, cufile.ErrBadHandle)
+	try(fakeAllocation{device: 1, size: 100}, cufile.ErrNoDevice)
+	try(fakeAllocation{device: 0, size: 100}, cufile.ErrBadHandle) // not a stand-in mapping
 	a.Close()
-	try(a, ErrBadHandle)
+	try(a, cufile.ErrBadHandle)
 }
 
 // A copy still queued when its allocation is closed fails on Sync rather
@@ -335,7 +337,7 @@ func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 func TestStandinCloseDuringCopyFailsSync(t *testing.T) {
 	b, dir := standin(t)
 	b.copyDelay = 50 * time.Millisecond
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +363,7 @@ func TestStandinCloseDuringCopyFailsSync(t *testing.T) {
 		switch {
 		case landed && err == nil:
 			continue // the copy came before the Close
-		case landed || !errors.Is(err, ErrBadHandle):
+		case landed || !errors.Is(err, cufile.ErrBadHandle):
 			t.Fatalf("Sync = %v, the copy landed: %v; want ErrBadHandle and nothing written", err, landed)
 		}
 		if err := c.Sync(); err != nil {
@@ -393,7 +395,7 @@ func TestStandinTruncatedFileFailsCopy(t *testing.T) {
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 4096, Slots: 1, Streams: 1})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 4096, Slots: 1, Streams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +406,7 @@ func TestStandinTruncatedFileFailsCopy(t *testing.T) {
 	if err := c.CopyAsync(slot, 4096, a, 8192); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Sync(); !errors.Is(err, ErrBadHandle) {
+	if err := c.Sync(); !errors.Is(err, cufile.ErrBadHandle) {
 		t.Fatalf("Sync = %v; want ErrBadHandle", err)
 	}
 }
@@ -431,7 +433,7 @@ func standinModes(t *testing.T, f func(t *testing.T, b *hostStandin, dir string)
 
 // wantRefusal checks that err refuses an import with the errno the read
 // ioctl answers; code 0 is a refusal that carries none (EBADF).
-func wantRefusal(t *testing.T, what string, a Allocation, err error, code syscall.Errno) {
+func wantRefusal(t *testing.T, what string, a cufile.Allocation, err error, code syscall.Errno) {
 	t.Helper()
 	if err == nil {
 		a.Close()
@@ -439,7 +441,7 @@ func wantRefusal(t *testing.T, what string, a Allocation, err error, code syscal
 		return
 	}
 	got, ok := errno.Of(err)
-	if !errors.Is(err, ErrBadHandle) || got != code || ok != (code != 0) {
+	if !errors.Is(err, cufile.ErrBadHandle) || got != code || ok != (code != 0) {
 		t.Errorf("%s: %v (errno %v); want ErrBadHandle with errno %v", what, err, got, code)
 	}
 }
@@ -558,7 +560,7 @@ func TestStandinWritesOnlyTheCallersFiles(t *testing.T) {
 func TestStandinImportCacheChecksEachUser(t *testing.T) {
 	b, dir := standin(t)
 	standinFile(t, dir, "buf", 4096, 0)
-	c := NewImportCache(b)
+	c := cufile.NewImportCache(b)
 	defer c.Close()
 	me := uint32(os.Geteuid())
 	a, err := c.AcquireAs(1, me, 0, nameHandle("buf"))
@@ -674,7 +676,7 @@ func TestStandinAbsoluteNamesUnderEitherSpelling(t *testing.T) {
 	if err := os.Symlink(real, link); err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewHostStandin(link)
+	b, err := New(link)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,14 @@
 //go:build linux
 
-package cufile
+package cuda
 
 import (
 	"fmt"
 	"runtime"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 )
 
 // openDriver dlopens the driver and binds every function this package uses;
@@ -19,14 +21,14 @@ func openDriver(library string) (*driver, error) {
 	defer runtime.UnlockOSThread()
 	lib, err := purego.Dlopen(library, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dlopen %s: %v", ErrNoDriver, library, err)
+		return nil, fmt.Errorf("%w: dlopen %s: %v", cufile.ErrNoDriver, library, err)
 	}
 	d := &driver{}
 	for _, s := range d.symbols() {
 		sym, err := purego.Dlsym(lib, s.name)
 		if err != nil {
 			_ = purego.Dlclose(lib)
-			return nil, fmt.Errorf("%w: %s lacks %s: %v", ErrNoDriver, library, s.name, err)
+			return nil, fmt.Errorf("%w: %s lacks %s: %v", cufile.ErrNoDriver, library, s.name, err)
 		}
 		purego.RegisterFunc(s.fn, sym)
 	}

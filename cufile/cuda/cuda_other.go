@@ -1,10 +1,12 @@
 //go:build !linux
 
-package cufile
+package cuda
 
 import (
 	"fmt"
 	"runtime"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 )
 
 func openDriver(library string) (*driver, error) {

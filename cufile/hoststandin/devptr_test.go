@@ -1,10 +1,12 @@
-package cufile
+package hoststandin
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 	"unsafe"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 )
 
 func TestHostStandinDevicePointerIsTheMapping(t *testing.T) {
@@ -12,17 +14,17 @@ func TestHostStandinDevicePointerIsTheMapping(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "buf"), make([]byte, 8192), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewHostStandin(dir)
+	b, err := New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h Handle
+	var h cufile.Handle
 	copy(h[:], "buf")
 	a, err := b.Import(0, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, ok := a.(DevicePointer)
+	dp, ok := a.(cufile.DevicePointer)
 	if !ok {
 		t.Fatal("the host stand-in's allocation has no DevicePtr")
 	}
@@ -33,17 +35,5 @@ func TestHostStandinDevicePointerIsTheMapping(t *testing.T) {
 	a.Close()
 	if p := dp.DevicePtr(); p != 0 {
 		t.Fatalf("DevicePtr() after Close = %#x, want 0", p)
-	}
-}
-
-func TestCUDAAllocationHasDevicePointer(t *testing.T) {
-	var a Allocation = &cudaAllocation{ptr: 0x7f0000200000}
-	dp, ok := a.(DevicePointer)
-	if !ok || dp.DevicePtr() != 0x7f0000200000 {
-		t.Fatalf("cudaAllocation DevicePtr: %v %v", ok, dp)
-	}
-	a.(*cudaAllocation).closed.Store(true)
-	if dp.DevicePtr() != 0 {
-		t.Fatal("a closed CUDA allocation still names its pointer")
 	}
 }

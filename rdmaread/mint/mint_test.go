@@ -1,15 +1,12 @@
-package rdmaread
+package mint
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
-	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
@@ -45,7 +42,7 @@ func (m *countingMinter) Register(alloc cufile.Allocation, off, n uint64) (Regis
 		m.failNext = nil
 		return nil, err
 	}
-	if n > MaxRegistration || off+n > alloc.Size() {
+	if n > rdmatoken.MaxRegistration || off+n > alloc.Size() {
 		return nil, fmt.Errorf("%w: %d at %d", ErrTooLarge, n, off)
 	}
 	if size, ok := m.starts[off]; ok && size != n {
@@ -79,7 +76,7 @@ func (r *countingReg) Token(off, n uint64) (string, error) {
 	if r.gone || off+n > r.n {
 		return "", fmt.Errorf("token for %d at %d of a %d-byte registration (released %v)", n, off, r.n, r.gone)
 	}
-	return Token{Addr: r.off + off, Size: uint32(n)}.String(), nil
+	return rdmatoken.Token{Addr: r.off + off, Size: uint32(n)}.String(), nil
 }
 
 func (r *countingReg) ReportFailure(string) {}
@@ -108,7 +105,7 @@ func TestTokenCacheReusesOneRegistrationPerSmallAllocation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := ParseToken(s)
+		tok, err := rdmatoken.Parse(s)
 		if err != nil || tok.Addr != r.off || uint64(tok.Size) != r.n {
 			t.Errorf("read %d: token %+v (%v), want %d bytes at %d", i, tok, err, r.n, r.off)
 		}
@@ -129,26 +126,26 @@ func TestTokenCacheReusesOneRegistrationPerSmallAllocation(t *testing.T) {
 func TestTokenCacheWindowsOfALargeAllocation(t *testing.T) {
 	m := newCountingMinter()
 	c := NewTokenCache(m)
-	const G = MaxServerOp
+	const G = rdmatoken.MaxServerOp
 	a := &sizedAlloc{size: 10*G + 12345}
 	// Parts as SplitRange makes them, at unaligned destinations.
 	var leases []*Lease
 	for _, dst := range []uint64{0, G / 2, 3*G - 7, 9*G + 1} {
-		for _, p := range rdmatoken.SplitRange(0, int64(min(uint64(2*G+5), a.size-dst)), MaxServerOp) {
+		for _, p := range rdmatoken.SplitRange(0, int64(min(uint64(2*G+5), a.size-dst)), rdmatoken.MaxServerOp) {
 			off, n := dst+uint64(p.Off), uint64(p.Len)
 			l, err := c.Acquire(a, off, n)
 			if err != nil {
 				t.Fatalf("part %d at %d: %v", n, off, err)
 			}
 			s, _ := l.Token()
-			if tok, _ := ParseToken(s); tok.Addr != off || uint64(tok.Size) != n {
+			if tok, _ := rdmatoken.Parse(s); tok.Addr != off || uint64(tok.Size) != n {
 				t.Fatalf("token %+v for %d bytes at %d", tok, n, off)
 			}
 			leases = append(leases, l)
 		}
 	}
 	for start, size := range m.starts {
-		if start%G != 0 || size > MaxRegistration {
+		if start%G != 0 || size > rdmatoken.MaxRegistration {
 			t.Errorf("window at %d of %d bytes", start, size)
 		}
 	}
@@ -208,8 +205,8 @@ func TestTokenCacheErrors(t *testing.T) {
 	m := newCountingMinter()
 	c := NewTokenCache(m)
 	a := &sizedAlloc{size: 4 << 30}
-	if _, err := c.Acquire(a, 0, MaxServerOp+1); !errors.Is(err, ErrTooLarge) {
-		t.Errorf("over MaxServerOp: %v", err)
+	if _, err := c.Acquire(a, 0, rdmatoken.MaxServerOp+1); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("over rdmatoken.MaxServerOp: %v", err)
 	}
 	if _, err := c.Acquire(a, 4<<30-10, 11); !errors.Is(err, ErrOutOfBounds) {
 		t.Errorf("past the end: %v", err)
@@ -230,28 +227,4 @@ func TestTokenCacheErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release()
-}
-
-func TestDeclineFor(t *testing.T) {
-	cases := []struct {
-		rep  objstore.RDMAReply
-		err  error
-		want abi.Decline
-	}{
-		{objstore.RDMAReply{Outcome: objstore.RDMAServed}, nil, abi.DeclineNone},
-		{objstore.RDMAReply{Outcome: objstore.RDMADeclined501}, nil, abi.DeclineServer501},
-		{objstore.RDMAReply{Outcome: objstore.RDMATokenIgnored}, nil, abi.DeclineTokenIgnored},
-		{objstore.RDMAReply{Outcome: objstore.RDMAShortTransfer}, nil, abi.DeclineShortTransfer},
-		{objstore.RDMAReply{}, fmt.Errorf("x: %w", ErrTooLarge), abi.DeclineTooLarge},
-		{objstore.RDMAReply{}, fmt.Errorf("x: %w", ErrNoMinter), abi.DeclineRDMAUnavailable},
-		{objstore.RDMAReply{}, fmt.Errorf("x: %w", ErrRegistrationFailed), abi.DeclineRegistrationFailed},
-		{objstore.RDMAReply{}, fmt.Errorf("x: %w", objstore.ErrTokenRejected), abi.DeclineTokenRejected},
-		{objstore.RDMAReply{}, fmt.Errorf("x: %w", context.DeadlineExceeded), abi.DeclineTimeout},
-		{objstore.RDMAReply{}, errors.New("500 InternalError"), abi.DeclineRDMAError},
-	}
-	for _, c := range cases {
-		if got := DeclineFor(c.rep, c.err); got != c.want {
-			t.Errorf("DeclineFor(%v, %v) = %v, want %v", c.rep.Outcome, c.err, got, c.want)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package cufile
+package cuda
 
 import (
 	"bufio"
@@ -20,6 +20,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 )
 
 // The tests below that need a GPU skip when libcuda.so.1 cannot be loaded
@@ -30,7 +32,7 @@ import (
 
 func TestCUDAMissingLibraryIsErrNoDriver(t *testing.T) {
 	b, err := newCUDA("libcuda-not-here.so.1")
-	if !errors.Is(err, ErrNoDriver) || !strings.Contains(err.Error(), "libcuda-not-here.so.1") {
+	if !errors.Is(err, cufile.ErrNoDriver) || !strings.Contains(err.Error(), "libcuda-not-here.so.1") {
 		t.Fatalf("newCUDA = %v; want ErrNoDriver naming the library", err)
 	}
 	checkNoDriver(t, b)
@@ -38,44 +40,44 @@ func TestCUDAMissingLibraryIsErrNoDriver(t *testing.T) {
 
 // Runs only where libcuda.so.1 really is absent (CI).
 func TestCUDAWithoutDriver(t *testing.T) {
-	b, err := NewCUDA()
+	b, err := New()
 	if err == nil {
 		t.Skip("libcuda.so.1 is present")
 	}
-	if !errors.Is(err, ErrNoDriver) {
-		t.Fatalf("NewCUDA = %v; want ErrNoDriver", err)
+	if !errors.Is(err, cufile.ErrNoDriver) {
+		t.Fatalf("New = %v; want ErrNoDriver", err)
 	}
 	checkNoDriver(t, b)
 }
 
-func checkNoDriver(t *testing.T, b Backend) {
+func checkNoDriver(t *testing.T, b cufile.Backend) {
 	t.Helper()
 	if b == nil || b.Name() != "cuda" {
 		t.Fatalf("backend %v", b)
 	}
-	if _, err := b.Devices(); !errors.Is(err, ErrNoDriver) {
+	if _, err := b.Devices(); !errors.Is(err, cufile.ErrNoDriver) {
 		t.Errorf("Devices = %v", err)
 	}
-	if _, err := b.Import(0, Handle{}); !errors.Is(err, ErrNoDriver) {
+	if _, err := b.Import(0, cufile.Handle{}); !errors.Is(err, cufile.ErrNoDriver) {
 		t.Errorf("Import = %v", err)
 	}
-	if _, err := b.NewStager(0, StagerConfig{}); !errors.Is(err, ErrNoDriver) {
+	if _, err := b.NewStager(0, cufile.StagerConfig{}); !errors.Is(err, cufile.ErrNoDriver) {
 		t.Errorf("NewStager = %v", err)
 	}
 }
 
 func TestCUDAErrorMapping(t *testing.T) {
 	for code, want := range map[int32]error{
-		cudaErrorNoDevice:      ErrNoDevice,
-		cudaErrorInvalidDevice: ErrNoDevice,
-		cudaErrorStubLibrary:   ErrNoDriver,
+		cudaErrorNoDevice:      cufile.ErrNoDevice,
+		cudaErrorInvalidDevice: cufile.ErrNoDevice,
+		cudaErrorStubLibrary:   cufile.ErrNoDriver,
 	} {
 		if got := ipcOpenKind(code); got != want {
 			t.Errorf("ipcOpenKind(%d) = %v; want %v", code, got, want)
 		}
 	}
 	for _, code := range []int32{cudaErrorInvalidValue, 400, 201, 205, 999} {
-		if ipcOpenKind(code) != ErrBadHandle {
+		if ipcOpenKind(code) != cufile.ErrBadHandle {
 			t.Errorf("ipcOpenKind(%d) is not ErrBadHandle", code)
 		}
 	}
@@ -123,10 +125,10 @@ func TestCUDADevices(t *testing.T) {
 			t.Errorf("device %d: %+v", i, d)
 		}
 	}
-	if _, err := b.Import(len(devs), Handle{}); !errors.Is(err, ErrNoDevice) {
+	if _, err := b.Import(len(devs), cufile.Handle{}); !errors.Is(err, cufile.ErrNoDevice) {
 		t.Errorf("Import on device %d = %v; want ErrNoDevice", len(devs), err)
 	}
-	if _, err := b.NewStager(-1, StagerConfig{}); !errors.Is(err, ErrNoDevice) {
+	if _, err := b.NewStager(-1, cufile.StagerConfig{}); !errors.Is(err, cufile.ErrNoDevice) {
 		t.Errorf("NewStager(-1) = %v; want ErrNoDevice", err)
 	}
 	if err := b.drv.fail("cuTest", cudaErrorInvalidValue, nil); !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_VALUE") {
@@ -144,7 +146,7 @@ func deviceAlloc(t testing.TB, b *cudaBackend, size uint64, fill byte) *cudaAllo
 	a := alloc.(*cudaAllocation)
 	t.Cleanup(func() { a.Close() })
 	dev := a.dev
-	err = dev.run(func() error {
+	err = dev.Run(func() error {
 		d := dev.drv
 		if r := d.cuMemsetD8(a.ptr, fill, size); r != cudaSuccess {
 			return d.fail("cuMemsetD8_v2", r, nil)
@@ -163,7 +165,7 @@ func deviceAlloc(t testing.TB, b *cudaBackend, size uint64, fill byte) *cudaAllo
 // deviceSum hashes the first n bytes at ptr, read back with cuMemcpyDtoH.
 func deviceSum(dev *cudaDevice, ptr, n uint64) ([32]byte, error) {
 	buf := make([]byte, n)
-	err := dev.run(func() error {
+	err := dev.Run(func() error {
 		if r := dev.drv.cuMemcpyDtoH(unsafe.Pointer(&buf[0]), ptr, n); r != cudaSuccess {
 			return dev.drv.fail("cuMemcpyDtoH_v2", r, nil)
 		}
@@ -182,7 +184,7 @@ func TestCUDAStagerCopyIsByteExact(t *testing.T) {
 	b := gpu(t)
 	const size, off = 8<<20 + 5, 4097
 	a := deviceAlloc(t, b, size, 0xa5)
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 1 << 20, Slots: 3, Streams: 2})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 1 << 20, Slots: 3, Streams: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,18 +207,18 @@ func TestCUDAStagerCopyIsByteExact(t *testing.T) {
 
 // refuseOutOfRange tries copies that end past a, and one into an allocation
 // of another kind; all must be refused before anything is enqueued.
-func refuseOutOfRange(t *testing.T, c Copier, a Allocation) {
+func refuseOutOfRange(t *testing.T, c cufile.Copier, a cufile.Allocation) {
 	t.Helper()
 	for _, tc := range []struct {
 		n    int
 		off  uint64
-		dst  Allocation
+		dst  cufile.Allocation
 		want error
 	}{
-		{11, a.Size() - 10, a, ErrOutOfRange},
-		{1, a.Size(), a, ErrOutOfRange},
-		{1, 0, fakeAllocation{device: 0, size: 100}, ErrBadHandle},
-		{1, 0, fakeAllocation{device: 7, size: 100}, ErrNoDevice},
+		{11, a.Size() - 10, a, cufile.ErrOutOfRange},
+		{1, a.Size(), a, cufile.ErrOutOfRange},
+		{1, 0, fakeAllocation{device: 0, size: 100}, cufile.ErrBadHandle},
+		{1, 0, fakeAllocation{device: 7, size: 100}, cufile.ErrNoDevice},
 	} {
 		slot, err := c.AcquireSlot(context.Background())
 		if err != nil {
@@ -238,8 +240,8 @@ func refuseOutOfRange(t *testing.T, c Copier, a Allocation) {
 func TestCUDAImportRefusesBadHandles(t *testing.T) {
 	b := gpu(t)
 	a := deviceAlloc(t, b, 1<<20, 0)
-	var own Handle
-	err := a.dev.run(func() error {
+	var own cufile.Handle
+	err := a.dev.Run(func() error {
 		if r := a.dev.drv.cuIpcGetMemHandle(&own, a.ptr); r != cudaSuccess {
 			return a.dev.drv.fail("cuIpcGetMemHandle", r, nil)
 		}
@@ -248,14 +250,14 @@ func TestCUDAImportRefusesBadHandles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var junk Handle
+	var junk cufile.Handle
 	rand.Read(junk[:])
-	for what, h := range map[string]Handle{"own": own, "junk": junk, "zero": {}} {
+	for what, h := range map[string]cufile.Handle{"own": own, "junk": junk, "zero": {}} {
 		imp, err := b.Import(0, h)
 		if err == nil {
 			imp.Close()
 		}
-		if !errors.Is(err, ErrBadHandle) {
+		if !errors.Is(err, cufile.ErrBadHandle) {
 			t.Errorf("Import(%s handle) = %v; want ErrBadHandle", what, err)
 		} else {
 			t.Logf("Import(%s handle): %v", what, err)
@@ -305,9 +307,9 @@ func TestCUDAImportFromAnotherProcess(t *testing.T) {
 		return nil
 	}
 
-	var h Handle
+	var h cufile.Handle
 	copy(h[:], expect("handle"))
-	cache := NewImportCache(b)
+	cache := cufile.NewImportCache(b)
 	owner := cmd.Process.Pid
 	a, err := cache.Acquire(owner, 0, h)
 	if err != nil {
@@ -322,7 +324,7 @@ func TestCUDAImportFromAnotherProcess(t *testing.T) {
 	}
 	t.Logf("imported %d bytes (allocated %d)", a.Size(), size)
 
-	st, err := b.NewStager(0, StagerConfig{SlotSize: 4 << 20, Slots: 4, Streams: 2})
+	st, err := b.NewStager(0, cufile.StagerConfig{SlotSize: 4 << 20, Slots: 4, Streams: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,8 +372,8 @@ func TestCUDAExporterProcess(t *testing.T) {
 	}
 	b := gpu(t)
 	a := deviceAlloc(t, b, size, 0xa5)
-	var h Handle
-	err = a.dev.run(func() error {
+	var h cufile.Handle
+	err = a.dev.Run(func() error {
 		if r := a.dev.drv.cuIpcGetMemHandle(&h, a.ptr); r != cudaSuccess {
 			return a.dev.drv.fail("cuIpcGetMemHandle", r, nil)
 		}
@@ -399,7 +401,7 @@ func BenchmarkCUDAStagerCopy(bm *testing.B) {
 	b := gpu(bm)
 	const total = 1 << 30
 	a := deviceAlloc(bm, b, total, 0)
-	for _, cfg := range []StagerConfig{
+	for _, cfg := range []cufile.StagerConfig{
 		{SlotSize: 4 << 20, Slots: 8, Streams: 1},
 		{SlotSize: 16 << 20, Slots: 8, Streams: 1},
 		{SlotSize: 16 << 20, Slots: 8, Streams: 4},
@@ -454,7 +456,7 @@ func BenchmarkCUDACopyCost(bm *testing.B) {
 					saved := fenceFlags
 					fenceFlags = wait.flags // read when the stager makes its fences
 					defer func() { fenceFlags = saved }()
-					cfg := StagerConfig{SlotSize: slotSize, Slots: (1 << 30) / slotSize, Streams: 8}
+					cfg := cufile.StagerConfig{SlotSize: slotSize, Slots: (1 << 30) / slotSize, Streams: 8}
 					copyCost(bm, b, cfg, workers, perWorker)
 				})
 			}
@@ -462,7 +464,7 @@ func BenchmarkCUDACopyCost(bm *testing.B) {
 	}
 }
 
-func copyCost(bm *testing.B, b *cudaBackend, cfg StagerConfig, workers int, perWorker uint64) {
+func copyCost(bm *testing.B, b *cudaBackend, cfg cufile.StagerConfig, workers int, perWorker uint64) {
 	st, err := b.NewStager(0, cfg)
 	if err != nil {
 		bm.Fatal(err)
@@ -497,7 +499,7 @@ func copyCost(bm *testing.B, b *cudaBackend, cfg StagerConfig, workers int, perW
 
 type copyCostTimes struct{ callNs, acquireNs, slots atomic.Int64 }
 
-func copyCostWorker(bm *testing.B, st Stager, slotSize int, dst Allocation, n uint64, t *copyCostTimes) {
+func copyCostWorker(bm *testing.B, st cufile.Stager, slotSize int, dst cufile.Allocation, n uint64, t *copyCostTimes) {
 	c, err := st.NewCopier()
 	if err != nil {
 		bm.Error(err)

@@ -1,4 +1,6 @@
-package rdmaread
+// Package sched admits the server operations of GPU reads under bounds
+// shared by every caller, fairly between caller processes.
+package sched
 
 import (
 	"context"
@@ -33,11 +35,15 @@ type ticket struct {
 	granted bool
 }
 
-// NewScheduler bounds operations and bytes in flight. A single operation
-// larger than maxBytes is admitted alone.
-func NewScheduler(maxOps int, maxBytes int64) *Scheduler {
+// New bounds operations and bytes in flight. A single operation larger
+// than maxBytes is admitted alone.
+func New(maxOps int, maxBytes int64) *Scheduler {
 	return &Scheduler{maxOps: maxOps, maxBytes: maxBytes, queues: map[int]*[]*ticket{}}
 }
+
+// OnWait has f told how long each operation waited for its turn; set it
+// before the first Acquire.
+func (s *Scheduler) OnWait(f func(time.Duration)) { s.observe = f }
 
 // Acquire waits for owner's turn to run an operation of n bytes and returns
 // the function that ends it. It gives up when ctx ends (the caller was

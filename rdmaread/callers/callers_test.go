@@ -1,9 +1,7 @@
-package rdmaread
+package callers
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,24 +9,25 @@ import (
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
-	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 )
 
-// standinCallers is a Callers over an engine of the host stand-in, whose
+// standinCallers is a Table over an engine of the host stand-in, whose
 // store holds nothing.
-func standinCallers(t *testing.T) *Callers {
+func standinCallers(t *testing.T) *Table {
 	t.Helper()
-	b, err := cufile.NewHostStandin(t.TempDir())
+	b, err := hoststandin.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	e := New(nil, b, DefaultConfig(), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := rdmaread.New(nil, b, rdmaread.DefaultConfig(), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { e.Close() })
-	return NewCallers(e)
+	return New(e)
 }
 
 // A caller's process is known by its files until the last of them is
@@ -50,7 +49,7 @@ func TestCallersKeepAProcessUntilItsLastFileCloses(t *testing.T) {
 	if _, ok := c.files[pid]; ok {
 		t.Fatal("the process is still known after its last file closed")
 	}
-	var none *Callers
+	var none *Table
 	none.Released(a) // no GPU reads: nothing to do
 }
 
@@ -66,39 +65,5 @@ func TestCallersRefuseADeviceHandleOnTheStandIn(t *testing.T) {
 	}
 	if len(c.files) != 0 {
 		t.Error("a refused request registered its caller")
-	}
-}
-
-// Errors leave the engine with the errno the read ioctl answers
-// (docs/ioctl.md); the store's keep theirs.
-func TestReadErrorsCarryTheIoctlsErrno(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want syscall.Errno
-	}{
-		{fmt.Errorf("%w: negative offset", abi.ErrInvalid), syscall.EINVAL},
-		{cufile.ErrNoDriver, syscall.ENODEV},
-		{cufile.ErrNoDevice, syscall.ENODEV},
-		{fmt.Errorf("import: %w", cufile.ErrBadHandle), syscall.EBADF},
-		{ErrOutOfBounds, syscall.ERANGE},
-		{cufile.ErrOutOfRange, syscall.ERANGE},
-		{ErrNoRDMA, syscall.ECANCELED},
-		{fmt.Errorf("%w: server_501", ErrDeclined), syscall.ECANCELED},
-		{context.Canceled, syscall.EINTR},
-		{fmt.Errorf("get: %w", objstore.ErrNotFound), syscall.ENOENT},
-		{objstore.ErrChanged, syscall.ESTALE},
-		{objstore.ErrAccessDenied, syscall.EACCES},
-		{context.DeadlineExceeded, syscall.EIO},
-		{objstore.ErrNoBucket, syscall.EIO},
-		{syscall.ECONNRESET, syscall.EIO},
-		{errors.New("copy failed"), syscall.EIO},
-	} {
-		code, ok := errno.Of(readError(tc.err))
-		if !ok || code != tc.want {
-			t.Errorf("%v: errno %v, want %v", tc.err, code, tc.want)
-		}
-	}
-	if readError(nil) != nil {
-		t.Error("no error became one")
 	}
 }

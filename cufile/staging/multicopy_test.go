@@ -1,4 +1,4 @@
-package cufile
+package staging_test
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
 )
 
 // One slot filled once lands in several destinations, a refused piece
@@ -14,8 +16,8 @@ import (
 // sees the bytes the copies before it landed.
 func TestCopyAsyncManyAndDeviceCopy(t *testing.T) {
 	b, dir := standin(t)
-	st := newTestStager(t, b, StagerConfig{SlotSize: 1 << 10, Slots: 2, Streams: 1})
-	var allocs []Allocation
+	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 2, Streams: 1})
+	var allocs []cufile.Allocation
 	for _, name := range []string{"a", "b", "c", "small"} {
 		size := 4 << 10
 		if name == "small" {
@@ -39,19 +41,19 @@ func TestCopyAsyncManyAndDeviceCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(slot.Buf, data)
-	errs := c.CopyAsyncMany(slot, []SlotCopy{
+	errs := c.CopyAsyncMany(slot, []cufile.SlotCopy{
 		{Off: 0, N: 1 << 10, Dst: allocs[0], DstOff: 0},
 		{Off: 512, N: 512, Dst: allocs[1], DstOff: 100},
 		{Off: 0, N: 1 << 10, Dst: allocs[3], DstOff: 0}, // past the end: refused
 	})
-	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ErrOutOfRange) {
+	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], cufile.ErrOutOfRange) {
 		t.Fatalf("errors %v", errs)
 	}
 	// a's first KiB, as landed by the copy above, copied on to c.
 	if err := c.CopyDeviceAsync(allocs[0], 0, allocs[2], 1000, 1<<10); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CopyDeviceAsync(allocs[0], 0, allocs[2], 4000, 1<<10); !errors.Is(err, ErrOutOfRange) {
+	if err := c.CopyDeviceAsync(allocs[0], 0, allocs[2], 4000, 1<<10); !errors.Is(err, cufile.ErrOutOfRange) {
 		t.Errorf("device copy past the end: %v", err)
 	}
 	if err := c.Close(); err != nil {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cufile
+package hoststandin
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package rdmaread
+package mint
 
 import (
 	"errors"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
 // fakeLib is the fake libs3rdma built from testdata/fakes3rdma.c, with the
@@ -74,7 +76,7 @@ func hostBuffer(t *testing.T, size int) cufile.Allocation {
 	if err := os.WriteFile(filepath.Join(dir, "buf"), make([]byte, size), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err := cufile.NewHostStandin(dir)
+	b, err := hoststandin.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +153,7 @@ func TestLibS3RDMAMintsTokensAndFreesThem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := ParseToken(s)
+		tok, err := rdmatoken.Parse(s)
 		if err != nil {
 			t.Fatalf("token %d %q: %v", i, s, err)
 		}
@@ -266,8 +268,8 @@ func TestLibS3RDMAFailures(t *testing.T) {
 			t.Errorf("past the allocation: %v", err)
 		}
 		big := &sizedAlloc{size: 8 << 30}
-		if _, err := l.Register(big, 0, MaxRegistration+1); !errors.Is(err, ErrTooLarge) {
-			t.Errorf("over MaxRegistration: %v", err)
+		if _, err := l.Register(big, 0, rdmatoken.MaxRegistration+1); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("over rdmatoken.MaxRegistration: %v", err)
 		}
 		if _, err := l.Register(big, 0, 4096); !errors.Is(err, ErrRegistrationFailed) {
 			t.Errorf("an allocation without a device pointer: %v", err)
@@ -280,7 +282,7 @@ func TestLibS3RDMAFailures(t *testing.T) {
 		}
 		defer reg.Release()
 		s, _ := reg.Token(0, 4096)
-		bad, _ := ParseToken(s)
+		bad, _ := rdmatoken.Parse(s)
 		reg.ReportFailure(s)
 		if f.counter("failure_report") != 1 {
 			t.Fatal("the failure did not reach the library")
@@ -290,7 +292,7 @@ func TestLibS3RDMAFailures(t *testing.T) {
 		}
 		for range 4 {
 			s, _ := reg.Token(0, 4096)
-			if tok, _ := ParseToken(s); tok.DCT == bad.DCT {
+			if tok, _ := rdmatoken.Parse(s); tok.DCT == bad.DCT {
 				t.Fatalf("minted on the failed rail %x", bad.DCT)
 			}
 		}

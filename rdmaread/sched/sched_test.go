@@ -1,4 +1,4 @@
-package rdmaread
+package sched
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestSchedulerBoundsOpsAndBytes(t *testing.T) {
-	s := NewScheduler(4, 10)
+	s := New(4, 10)
 	var ops, bytes, maxOps, maxBytes atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 64 {
@@ -84,7 +84,7 @@ func holdAll(ctx context.Context, t *testing.T, s *Scheduler, sizes []int64, wg 
 // next waiting one takes its place.
 func TestSchedulerFillsItsBounds(t *testing.T) {
 	t.Run("ops", func(t *testing.T) {
-		s := NewScheduler(4, 1<<20)
+		s := New(4, 1<<20)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -94,7 +94,7 @@ func TestSchedulerFillsItsBounds(t *testing.T) {
 		}
 	})
 	t.Run("bytes", func(t *testing.T) {
-		s := NewScheduler(100, 10)
+		s := New(100, 10)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -105,7 +105,7 @@ func TestSchedulerFillsItsBounds(t *testing.T) {
 		}
 	})
 	t.Run("replaced", func(t *testing.T) {
-		s := NewScheduler(2, 1<<20)
+		s := New(2, 1<<20)
 		// Both are admitted at once; the deadline ends a wait that a
 		// scheduler not filling its bound would start.
 		soon, stop := context.WithTimeout(context.Background(), 10*time.Second)
@@ -140,7 +140,7 @@ func TestSchedulerFillsItsBounds(t *testing.T) {
 // With one slot, owners that keep the queue full are served in turn: a
 // process with many threads gets no more than one with few.
 func TestSchedulerServesOwnersInTurn(t *testing.T) {
-	s := NewScheduler(1, 1<<30)
+	s := New(1, 1<<30)
 	hold, err := s.Acquire(context.Background(), 99, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func queued(s *Scheduler, owner int) bool {
 }
 
 func TestSchedulerCancelLeavesQueue(t *testing.T) {
-	s := NewScheduler(1, 100)
+	s := New(1, 100)
 	hold, _ := s.Acquire(context.Background(), 1, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -230,7 +230,7 @@ func TestSchedulerCancelLeavesQueue(t *testing.T) {
 }
 
 func TestSchedulerAdmitsOversizedOperationAlone(t *testing.T) {
-	s := NewScheduler(8, 10)
+	s := New(8, 10)
 	r, err := s.Acquire(context.Background(), 1, 50)
 	if err != nil {
 		t.Fatal(err)

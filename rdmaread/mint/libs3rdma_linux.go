@@ -1,6 +1,6 @@
 //go:build linux
 
-package rdmaread
+package mint
 
 import (
 	"fmt"

@@ -1,4 +1,9 @@
-package rdmaread
+// Package callers keeps the processes that read a mount's open files into
+// GPU memory: it turns a read ioctl into a request of the GPU read engine,
+// owned by the caller's process, answers it with the errno the ioctl
+// returns, and releases a process's imports when its last file closes or it
+// exits.
+package callers
 
 import (
 	"context"
@@ -13,26 +18,41 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 )
 
-// Callers are the processes that read a mount's open files into GPU
+// Engine is what the table needs of the GPU read engine (*rdmaread.Engine).
+type Engine interface {
+	// Backend is the CUDA layer the engine writes through.
+	Backend() cufile.Backend
+	// Read places a request's range into the caller's buffer.
+	Read(ctx context.Context, r rdmaread.Request) (rdmaread.Result, error)
+	// ReleaseOwner closes a caller's imports.
+	ReleaseOwner(owner int)
+	// Reap closes the imports of callers whose process has exited.
+	Reap()
+}
+
+var _ Engine = (*rdmaread.Engine)(nil)
+
+// Table holds the processes that read a mount's open files into GPU
 // memory, and the files each read through. The engine imports a caller's
 // buffers per process; they are closed when the last file through which the
 // process read is released, or when it exits without releasing them (Reap),
 // so a killed reader never leaves the daemon holding memory its exporter
 // freed. A file is whatever the caller's layer names an open file by (a
 // comparable value, such as a pointer to its handle).
-type Callers struct {
-	engine *Engine
+type Table struct {
+	engine Engine
 
 	mu    sync.Mutex
 	files map[int]map[any]struct{} // process id -> the open files it read through
 	tgids map[int]int              // thread id -> process id
 }
 
-// NewCallers keeps the callers of the engine's reads.
-func NewCallers(e *Engine) *Callers {
-	return &Callers{engine: e, files: map[int]map[any]struct{}{}, tgids: map[int]int{}}
+// New keeps the callers of the engine's reads.
+func New(e Engine) *Table {
+	return &Table{engine: e, files: map[int]map[any]struct{}{}, tgids: map[int]int{}}
 }
 
 // Errors of a request the engine's backend cannot take.
@@ -44,19 +64,19 @@ var (
 // Read serves one GPU read of file, issued by the thread tid of user uid
 // (the caller FUSE names), into the object version the file pinned at
 // open. Its error carries the errno the read ioctl answers (docs/ioctl.md).
-func (c *Callers) Read(ctx context.Context, file any, tid int, uid uint32, req abi.ReadRequest, bucket, key string, v objstore.Version) (Result, error) {
+func (c *Table) Read(ctx context.Context, file any, tid int, uid uint32, req abi.ReadRequest, bucket, key string, v objstore.Version) (rdmaread.Result, error) {
 	standin := c.engine.Backend().Name() == abi.CUDABackendHostStandin
 	tokenOnly := req.IPCHandle == [abi.IPCHandleLen]byte{} && req.Token() != ""
 	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin && !tokenOnly {
 		if hb {
 			// Host buffers are a test aid, off unless the daemon was started with them.
-			return Result{}, errHostBuffers
+			return rdmaread.Result{}, errHostBuffers
 		}
-		return Result{}, errHostHandle
+		return rdmaread.Result{}, errHostHandle
 	}
 	owner := c.tgid(tid)
 	c.add(owner, file)
-	res, err := c.engine.Read(ctx, Request{
+	res, err := c.engine.Read(ctx, rdmaread.Request{
 		Bucket: bucket, Key: key, Version: v,
 		// Offsets of 2^62 and more are past any object's end (2^63 and
 		// more would be negative): the read is short, of 0 bytes.
@@ -64,12 +84,12 @@ func (c *Callers) Read(ctx context.Context, file any, tid int, uid uint32, req a
 		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
 		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, UID: uid, Token: req.Token(),
 	})
-	return res, readError(err)
+	return res, rdmaread.IoctlError(err)
 }
 
 // tgid maps the thread FUSE names onto its process: imports belong to the
 // process, whichever of its threads asked.
-func (c *Callers) tgid(tid int) int {
+func (c *Table) tgid(tid int) int {
 	c.mu.Lock()
 	if p, ok := c.tgids[tid]; ok {
 		c.mu.Unlock()
@@ -96,7 +116,7 @@ func (c *Callers) tgid(tid int) int {
 	return p
 }
 
-func (c *Callers) add(tgid int, file any) {
+func (c *Table) add(tgid int, file any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	set, ok := c.files[tgid]
@@ -108,8 +128,8 @@ func (c *Callers) add(tgid int, file any) {
 }
 
 // Released is called when file closes; callers left with no open file lose
-// their imports. Callers may be nil (no GPU reads).
-func (c *Callers) Released(file any) {
+// their imports. The table may be nil (no GPU reads).
+func (c *Table) Released(file any) {
 	if c == nil {
 		return
 	}
@@ -133,7 +153,7 @@ func (c *Callers) Released(file any) {
 
 // Reap closes the imports of callers that exited without closing their
 // files (killed), every interval until ctx ends.
-func (c *Callers) Reap(ctx context.Context, interval time.Duration) {
+func (c *Table) Reap(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -1,4 +1,19 @@
-package cufile
+// Package cuda is the daemon's runtime binding to the CUDA driver, a
+// cufile.Backend: it imports a caller's device allocation from its CUDA IPC
+// handle and stages copies into it through package staging.
+//
+// The driver (libcuda.so.1) is opened with dlopen through purego rather than
+// linked with cgo, so the daemon builds with CGO_ENABLED=0 and starts on hosts
+// without a GPU; CUDA itself (cuInit, the primary contexts) is initialised
+// only when the first GPU request arrives, since that is a pause a mount
+// that never serves a GPU read should not make, and costs a context's worth
+// of device memory per GPU (docs/benchmarks.md, "What was not measured").
+//
+// Threading rule: CUDA's current context belongs to an OS thread, not to a
+// goroutine. Every batch of driver calls for a device runs on a goroutine
+// locked to its thread with that device's primary context made current
+// first; callers of this package need not care which goroutine they are on.
+package cuda
 
 import (
 	"fmt"
@@ -8,6 +23,9 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/staging"
 )
 
 // cudaLibrary is the driver's soname; the unversioned libcuda.so is only in
@@ -75,7 +93,7 @@ type driver struct {
 	// Used by the tests to play the exporting process.
 	cuMemAlloc        func(dptr *uint64, size uint64) int32
 	cuMemFree         func(dptr uint64) int32
-	cuIpcGetMemHandle func(h *Handle, dptr uint64) int32
+	cuIpcGetMemHandle func(h *cufile.Handle, dptr uint64) int32
 	cuMemcpyDtoH      func(dst unsafe.Pointer, src uint64, size uint64) int32
 	cuMemsetD8        func(dptr uint64, value uint8, count uint64) int32
 	cuCtxSynchronize  func() int32
@@ -149,9 +167,9 @@ func (d *driver) fail(op string, code int32, kind error) error {
 func codeKind(code int32) error {
 	switch code {
 	case cudaErrorStubLibrary, cudaErrorDriverMismatch:
-		return ErrNoDriver
+		return cufile.ErrNoDriver
 	case cudaErrorNoDevice, cudaErrorInvalidDevice, cudaErrorDeviceUnavailable:
-		return ErrNoDevice
+		return cufile.ErrNoDevice
 	}
 	return nil
 }
@@ -164,11 +182,11 @@ func (d *driver) errorName(code int32) string {
 	return unix.BytePtrToString(p)
 }
 
-// NewCUDA opens the CUDA driver library; CUDA itself is initialised on
-// first use. When the library cannot be loaded the error wraps ErrNoDriver
+// New opens the CUDA driver library; CUDA itself is initialised on first
+// use. When the library cannot be loaded the error wraps cufile.ErrNoDriver
 // and the Backend, never nil, fails every call with that error, so a daemon
 // can log the cause and keep serving ordinary reads.
-func NewCUDA() (Backend, error) { return newCUDA(cudaLibrary) }
+func New() (cufile.Backend, error) { return newCUDA(cudaLibrary) }
 
 func newCUDA(library string) (*cudaBackend, error) {
 	drv, err := openDriver(library)
@@ -208,7 +226,7 @@ func (b *cudaBackend) enumerate() error {
 	if r := d.cuInit(0); r != cudaSuccess {
 		kind := codeKind(r)
 		if r == cudaErrorNotInitialized || r == cudaErrorDeinitialized {
-			kind = ErrNoDriver
+			kind = cufile.ErrNoDriver
 		}
 		return d.fail("cuInit", r, kind)
 	}
@@ -217,7 +235,7 @@ func (b *cudaBackend) enumerate() error {
 		return d.fail("cuDeviceGetCount", r, nil)
 	}
 	if count == 0 {
-		return fmt.Errorf("%w: the driver sees no device", ErrNoDevice)
+		return fmt.Errorf("%w: the driver sees no device", cufile.ErrNoDevice)
 	}
 	for i := range count {
 		dev := &cudaDevice{drv: d}
@@ -232,17 +250,17 @@ func (b *cudaBackend) enumerate() error {
 		if r := d.cuDeviceTotalMem(&total, dev.handle); r != cudaSuccess {
 			return d.fail("cuDeviceTotalMem_v2", r, nil)
 		}
-		dev.info = DeviceInfo{Ordinal: int(i), Name: unix.ByteSliceToString(name[:]), TotalMem: total}
+		dev.info = cufile.DeviceInfo{Ordinal: int(i), Name: unix.ByteSliceToString(name[:]), TotalMem: total}
 		b.devices = append(b.devices, dev)
 	}
 	return nil
 }
 
-func (b *cudaBackend) Devices() ([]DeviceInfo, error) {
+func (b *cudaBackend) Devices() ([]cufile.DeviceInfo, error) {
 	if err := b.init(); err != nil {
 		return nil, err
 	}
-	infos := make([]DeviceInfo, len(b.devices))
+	infos := make([]cufile.DeviceInfo, len(b.devices))
 	for i, d := range b.devices {
 		infos[i] = d.info
 	}
@@ -255,19 +273,19 @@ func (b *cudaBackend) device(ordinal int) (*cudaDevice, error) {
 		return nil, err
 	}
 	if ordinal < 0 || ordinal >= len(b.devices) {
-		return nil, fmt.Errorf("%w: %d (%d devices)", ErrNoDevice, ordinal, len(b.devices))
+		return nil, fmt.Errorf("%w: %d (%d devices)", cufile.ErrNoDevice, ordinal, len(b.devices))
 	}
 	d := b.devices[ordinal]
 	return d, d.retain()
 }
 
-func (b *cudaBackend) Import(device int, h Handle) (Allocation, error) {
+func (b *cudaBackend) Import(device int, h cufile.Handle) (cufile.Allocation, error) {
 	dev, err := b.device(device)
 	if err != nil {
 		return nil, err
 	}
 	a := &cudaAllocation{dev: dev}
-	err = dev.run(func() error {
+	err = dev.Run(func() error {
 		d := dev.drv
 		if r := d.cuIpcOpenMemHandle(&a.ptr, cuIpcMemHandle{h}, cuIpcMemLazyEnablePeerAccess); r != cudaSuccess {
 			return d.fail("cuIpcOpenMemHandle_v2", r, ipcOpenKind(r))
@@ -297,20 +315,20 @@ func ipcOpenKind(code int32) error {
 	if code == cudaErrorOutOfMemory {
 		return nil
 	}
-	return ErrBadHandle
+	return cufile.ErrBadHandle
 }
 
-func (b *cudaBackend) NewStager(device int, cfg StagerConfig) (Stager, error) {
+func (b *cudaBackend) NewStager(device int, cfg cufile.StagerConfig) (cufile.Stager, error) {
 	dev, err := b.device(device)
 	if err != nil {
 		return nil, err
 	}
-	return newStager(dev, cfg)
+	return staging.New(dev, cfg)
 }
 
 type cudaDevice struct {
 	drv    *driver
-	info   DeviceInfo
+	info   cufile.DeviceInfo
 	handle int32 // CUdevice
 
 	mu  sync.Mutex
@@ -331,11 +349,11 @@ func (d *cudaDevice) retain() error {
 	return nil
 }
 
-func (d *cudaDevice) ordinal() int { return d.info.Ordinal }
+func (d *cudaDevice) Ordinal() int { return d.info.Ordinal }
 
-// run keeps the goroutine on one OS thread, where the device's primary
+// Run keeps the goroutine on one OS thread, where the device's primary
 // context is made current, for the whole batch of driver calls in fn.
-func (d *cudaDevice) run(fn func() error) error {
+func (d *cudaDevice) Run(fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if r := d.drv.cuCtxSetCurrent(d.ctx); r != cudaSuccess {
@@ -344,7 +362,7 @@ func (d *cudaDevice) run(fn func() error) error {
 	return fn()
 }
 
-func (d *cudaDevice) allocHost(size int) ([]byte, error) {
+func (d *cudaDevice) AllocHost(size int) ([]byte, error) {
 	var p unsafe.Pointer
 	if r := d.drv.cuMemHostAlloc(&p, uint64(size), 0); r != cudaSuccess {
 		return nil, d.drv.fail("cuMemHostAlloc", r, nil)
@@ -352,14 +370,14 @@ func (d *cudaDevice) allocHost(size int) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), size), nil
 }
 
-func (d *cudaDevice) freeHost(buf []byte) error {
+func (d *cudaDevice) FreeHost(buf []byte) error {
 	if r := d.drv.cuMemFreeHost(unsafe.Pointer(unsafe.SliceData(buf))); r != cudaSuccess {
 		return d.drv.fail("cuMemFreeHost", r, nil)
 	}
 	return nil
 }
 
-func (d *cudaDevice) newStream() (uintptr, error) {
+func (d *cudaDevice) NewStream() (uintptr, error) {
 	var s uintptr
 	if r := d.drv.cuStreamCreate(&s, cuStreamNonBlocking); r != cudaSuccess {
 		return 0, d.drv.fail("cuStreamCreate", r, nil)
@@ -367,14 +385,14 @@ func (d *cudaDevice) newStream() (uintptr, error) {
 	return s, nil
 }
 
-func (d *cudaDevice) destroyStream(s uintptr) error {
+func (d *cudaDevice) DestroyStream(s uintptr) error {
 	if r := d.drv.cuStreamDestroy(s); r != cudaSuccess {
 		return d.drv.fail("cuStreamDestroy_v2", r, nil)
 	}
 	return nil
 }
 
-func (d *cudaDevice) newFence() (uintptr, error) {
+func (d *cudaDevice) NewFence() (uintptr, error) {
 	var e uintptr
 	if r := d.drv.cuEventCreate(&e, fenceFlags); r != cudaSuccess {
 		return 0, d.drv.fail("cuEventCreate", r, nil)
@@ -382,24 +400,24 @@ func (d *cudaDevice) newFence() (uintptr, error) {
 	return e, nil
 }
 
-func (d *cudaDevice) destroyFence(e uintptr) error {
+func (d *cudaDevice) DestroyFence(e uintptr) error {
 	if r := d.drv.cuEventDestroy(e); r != cudaSuccess {
 		return d.drv.fail("cuEventDestroy_v2", r, nil)
 	}
 	return nil
 }
 
-// copyAsync: an asynchronous CUDA fault is not told apart per copy (it
+// CopyAsync: an asynchronous CUDA fault is not told apart per copy (it
 // poisons the context, and every later wait reports it), so fault is unused.
-func (d *cudaDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64, _ func(error)) error {
+func (d *cudaDevice) CopyAsync(stream, fence uintptr, src []byte, dst cufile.Allocation, dstOff uint64, _ func(error)) error {
 	a, ok := dst.(*cudaAllocation)
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: not a CUDA allocation", ErrBadHandle)
+		return fmt.Errorf("%w: not a CUDA allocation", cufile.ErrBadHandle)
 	case a.dev != d:
-		return fmt.Errorf("%w: allocation on device %d", ErrNoDevice, a.dev.ordinal())
+		return fmt.Errorf("%w: allocation on device %d", cufile.ErrNoDevice, a.dev.Ordinal())
 	case a.closed.Load():
-		return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+		return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
 	}
 	if r := d.drv.cuMemcpyHtoDAsync(a.ptr+dstOff, unsafe.Pointer(unsafe.SliceData(src)), uint64(len(src)), stream); r != cudaSuccess {
 		return d.drv.fail("cuMemcpyHtoDAsync_v2", r, nil)
@@ -410,16 +428,16 @@ func (d *cudaDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation
 	return nil
 }
 
-func (d *cudaDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64, _ func(error)) error {
+func (d *cudaDevice) CopyDtoDAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst cufile.Allocation, dstOff uint64, n uint64, _ func(error)) error {
 	from, ok1 := src.(*cudaAllocation)
 	to, ok2 := dst.(*cudaAllocation)
 	switch {
 	case !ok1 || !ok2:
-		return fmt.Errorf("%w: not a CUDA allocation", ErrBadHandle)
+		return fmt.Errorf("%w: not a CUDA allocation", cufile.ErrBadHandle)
 	case from.dev != d || to.dev != d:
-		return fmt.Errorf("%w: allocation on another device", ErrNoDevice)
+		return fmt.Errorf("%w: allocation on another device", cufile.ErrNoDevice)
 	case from.closed.Load() || to.closed.Load():
-		return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+		return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
 	}
 	if r := d.drv.cuMemcpyDtoDAsync(to.ptr+dstOff, from.ptr+srcOff, n, stream); r != cudaSuccess {
 		return d.drv.fail("cuMemcpyDtoDAsync_v2", r, nil)
@@ -427,7 +445,7 @@ func (d *cudaDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64
 	return nil
 }
 
-func (d *cudaDevice) fenceDone(e uintptr) (bool, error) {
+func (d *cudaDevice) FenceDone(e uintptr) (bool, error) {
 	switch r := d.drv.cuEventQuery(e); r {
 	case cudaSuccess:
 		return true, nil
@@ -438,14 +456,14 @@ func (d *cudaDevice) fenceDone(e uintptr) (bool, error) {
 	}
 }
 
-func (d *cudaDevice) waitFence(e uintptr) error {
+func (d *cudaDevice) WaitFence(e uintptr) error {
 	if r := d.drv.cuEventSynchronize(e); r != cudaSuccess {
 		return d.drv.fail("cuEventSynchronize", r, nil)
 	}
 	return nil
 }
 
-func (d *cudaDevice) syncStream(s uintptr) error {
+func (d *cudaDevice) SyncStream(s uintptr) error {
 	if r := d.drv.cuStreamSynchronize(s); r != cudaSuccess {
 		return d.drv.fail("cuStreamSynchronize", r, nil)
 	}
@@ -461,14 +479,22 @@ type cudaAllocation struct {
 	local  bool // allocated in this process with cuMemAlloc (tests): Close frees it
 }
 
-func (a *cudaAllocation) Device() int  { return a.dev.ordinal() }
+func (a *cudaAllocation) Device() int { return a.dev.Ordinal() }
+
+// DevicePtr is the CUdeviceptr the import returned (cufile.DevicePointer).
+func (a *cudaAllocation) DevicePtr() uint64 {
+	if a.closed.Load() {
+		return 0
+	}
+	return a.ptr
+}
 func (a *cudaAllocation) Size() uint64 { return a.size }
 
 func (a *cudaAllocation) Close() error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return a.dev.run(func() error {
+	return a.dev.Run(func() error {
 		if a.local {
 			if r := a.dev.drv.cuMemFree(a.ptr); r != cudaSuccess {
 				return a.dev.drv.fail("cuMemFree_v2", r, nil)
@@ -485,17 +511,17 @@ func (a *cudaAllocation) Close() error {
 // AllocDevice allocates size bytes of device memory in this process, for
 // tools that play a GPU program themselves (bench/s3load); Close frees it.
 // Only the CUDA backend has device memory of its own.
-func AllocDevice(b Backend, device int, size uint64) (Allocation, error) {
+func AllocDevice(b cufile.Backend, device int, size uint64) (cufile.Allocation, error) {
 	cb, ok := b.(*cudaBackend)
 	if !ok {
-		return nil, fmt.Errorf("%w: device memory needs the CUDA backend, not %s", ErrNoDriver, b.Name())
+		return nil, fmt.Errorf("%w: device memory needs the CUDA backend, not %s", cufile.ErrNoDriver, b.Name())
 	}
 	dev, err := cb.device(device)
 	if err != nil {
 		return nil, err
 	}
 	a := &cudaAllocation{dev: dev, size: size, local: true}
-	err = dev.run(func() error {
+	err = dev.Run(func() error {
 		if r := dev.drv.cuMemAlloc(&a.ptr, size); r != cudaSuccess {
 			return dev.drv.fail("cuMemAlloc_v2", r, nil)
 		}

@@ -1,4 +1,9 @@
-package cufile
+// Package hoststandin stands in for CUDA with host memory, so that the
+// whole GPU read path can run on machines without a GPU: files in a
+// directory play the device buffers, and copies into them run
+// asynchronously on stream goroutines, through the same stager (package
+// staging) as the CUDA binding's. It is a test and demonstration aid.
+package hoststandin
 
 import (
 	"fmt"
@@ -11,17 +16,20 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/cufile/staging"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
-// DefaultStandinDir is where the host stand-in looks for its "device memory".
-const DefaultStandinDir = "/dev/shm"
+// DefaultDir is where the host stand-in looks for its "device memory".
+const DefaultDir = "/dev/shm"
 
-// NewHostStandin returns a Backend that stands in for CUDA with host memory,
-// for machines without a GPU; enable it only from an explicit test setting.
+// New returns a Backend that stands in for CUDA with host memory, for
+// machines without a GPU; enable it only from an explicit test setting.
 //
 // It has one device, 0, named "host-standin". A Handle holds a NUL-terminated
 // file name, relative to dir or absolute inside it (dir "" is /dev/shm);
@@ -37,9 +45,9 @@ const DefaultStandinDir = "/dev/shm"
 // resolved beneath dir with no symlink in any component and the file
 // opened must be a regular file of the caller's (ImportAs): a user can have
 // object bytes written only into a file that user could write anyway.
-func NewHostStandin(dir string) (Backend, error) {
+func New(dir string) (cufile.Backend, error) {
 	if dir == "" {
-		dir = DefaultStandinDir
+		dir = DefaultDir
 	}
 	given, err := filepath.Abs(dir)
 	if err != nil {
@@ -70,32 +78,36 @@ type hostStandin struct {
 	copyDelay time.Duration
 }
 
+// SlowCopies makes every copy of the stagers b makes from now on take d
+// longer, as over a slow link, so that tests can have copies lag behind the
+// fills of the next slots. b must come from New.
+func SlowCopies(b cufile.Backend, d time.Duration) {
+	h, ok := b.(*hostStandin)
+	if !ok {
+		panic(fmt.Sprintf("hoststandin.SlowCopies of a %s backend", b.Name()))
+	}
+	h.copyDelay = d
+}
+
 func (h *hostStandin) Name() string { return "host-standin" }
 
-func (h *hostStandin) Devices() ([]DeviceInfo, error) {
+func (h *hostStandin) Devices() ([]cufile.DeviceInfo, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(h.dir, &st); err != nil {
 		return nil, fmt.Errorf("cufile: host stand-in: %w", err)
 	}
-	return []DeviceInfo{{Ordinal: 0, Name: "host-standin", TotalMem: st.Blocks * uint64(st.Bsize)}}, nil
+	return []cufile.DeviceInfo{{Ordinal: 0, Name: "host-standin", TotalMem: st.Blocks * uint64(st.Bsize)}}, nil
 }
 
 func checkStandinDevice(device int) error {
 	if device != 0 {
-		return fmt.Errorf("%w: %d (the host stand-in has device 0 only)", ErrNoDevice, device)
+		return fmt.Errorf("%w: %d (the host stand-in has device 0 only)", cufile.ErrNoDevice, device)
 	}
 	return nil
 }
 
-// CallerImporter is a Backend whose buffers belong to users: ImportAs
-// imports one only for the uid that may write it. An ImportCache over such a
-// backend shares an import between requests of one uid only.
-type CallerImporter interface {
-	ImportAs(device int, h Handle, uid uint32) (Allocation, error)
-}
-
 // Import imports hd for the daemon's own effective uid.
-func (h *hostStandin) Import(device int, hd Handle) (Allocation, error) {
+func (h *hostStandin) Import(device int, hd cufile.Handle) (cufile.Allocation, error) {
 	return h.ImportAs(device, hd, uint32(os.Geteuid()))
 }
 
@@ -105,7 +117,7 @@ func (h *hostStandin) Import(device int, hd Handle) (Allocation, error) {
 // leading outside, ELOOP for a symlink in it, EINVAL for a file that is not
 // a non-empty regular file, EPERM for another user's file; a name that
 // does not open is EBADF.
-func (h *hostStandin) ImportAs(device int, hd Handle, uid uint32) (Allocation, error) {
+func (h *hostStandin) ImportAs(device int, hd cufile.Handle, uid uint32) (cufile.Allocation, error) {
 	if err := checkStandinDevice(device); err != nil {
 		return nil, err
 	}
@@ -116,24 +128,24 @@ func (h *hostStandin) ImportAs(device int, hd Handle, uid uint32) (Allocation, e
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadHandle, err)
+		return nil, fmt.Errorf("%w: %v", cufile.ErrBadHandle, err)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("%w: mmap %s: %v", ErrBadHandle, f.Name(), err)
+		return nil, fmt.Errorf("%w: mmap %s: %v", cufile.ErrBadHandle, f.Name(), err)
 	}
 	return &hostAllocation{mem: mem, size: uint64(len(mem))}, nil
 }
 
 // refused is an import refusal with the errno the read ioctl answers.
 func refused(code syscall.Errno, format string, args ...any) error {
-	return errno.With(code, fmt.Errorf("%w: "+format, append([]any{ErrBadHandle}, args...)...))
+	return errno.With(code, fmt.Errorf("%w: "+format, append([]any{cufile.ErrBadHandle}, args...)...))
 }
 
 // open opens the buffer hd names for uid. Every check is made on the
 // opened descriptor, never on a path beforehand: a name swapped between a
 // check and the open cannot move the write elsewhere.
-func (h *hostStandin) open(hd Handle, uid uint32) (*os.File, error) {
+func (h *hostStandin) open(hd cufile.Handle, uid uint32) (*os.File, error) {
 	name, rel, err := h.relative(hd)
 	if err != nil {
 		return nil, err
@@ -148,13 +160,13 @@ func (h *hostStandin) open(hd Handle, uid uint32) (*os.File, error) {
 		case unix.EISDIR, unix.ENXIO:
 			return nil, refused(syscall.EINVAL, "%q is not a regular file", name)
 		}
-		return nil, fmt.Errorf("%w: %q: %v", ErrBadHandle, name, err)
+		return nil, fmt.Errorf("%w: %q: %v", cufile.ErrBadHandle, name, err)
 	}
 	f := os.NewFile(uintptr(fd), filepath.Join(h.dir, rel))
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w: %q: %v", ErrBadHandle, name, err)
+		return nil, fmt.Errorf("%w: %q: %v", cufile.ErrBadHandle, name, err)
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
@@ -174,10 +186,10 @@ func (h *hostStandin) open(hd Handle, uid uint32) (*os.File, error) {
 // relative turns a handle into its name and the path relative to the
 // directory that names the same file, refusing '..' anywhere and absolute
 // names elsewhere (EXDEV).
-func (h *hostStandin) relative(hd Handle) (name, rel string, err error) {
+func (h *hostStandin) relative(hd cufile.Handle) (name, rel string, err error) {
 	end := slices.Index(hd[:], 0)
 	if end <= 0 {
-		return "", "", fmt.Errorf("%w: stand-in handle holds no NUL-terminated name", ErrBadHandle)
+		return "", "", fmt.Errorf("%w: stand-in handle holds no NUL-terminated name", cufile.ErrBadHandle)
 	}
 	name = string(hd[:end])
 	if slices.Contains(strings.Split(name, "/"), "..") {
@@ -243,11 +255,11 @@ func (h *hostStandin) openBeneath(rel string) (int, error) {
 	return unix.Openat(dir, parts[len(parts)-1], bufferOpenFlags, 0)
 }
 
-func (h *hostStandin) NewStager(device int, cfg StagerConfig) (Stager, error) {
+func (h *hostStandin) NewStager(device int, cfg cufile.StagerConfig) (cufile.Stager, error) {
 	if err := checkStandinDevice(device); err != nil {
 		return nil, err
 	}
-	return newStager(&hostDevice{copyDelay: h.copyDelay}, cfg)
+	return staging.New(&hostDevice{copyDelay: h.copyDelay}, cfg)
 }
 
 // hostAllocation is a shared mapping of a stand-in file.
@@ -258,7 +270,17 @@ type hostAllocation struct {
 	closed bool
 }
 
-func (a *hostAllocation) Device() int  { return 0 }
+func (a *hostAllocation) Device() int { return 0 }
+
+// DevicePtr is the address of the shared mapping (cufile.DevicePointer).
+func (a *hostAllocation) DevicePtr() uint64 {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed || len(a.mem) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(a.mem))))
+}
 func (a *hostAllocation) Size() uint64 { return a.size }
 
 func (a *hostAllocation) Close() error {
@@ -278,11 +300,11 @@ func (a *hostAllocation) read(off, n uint64) (buf []byte, err error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if a.closed {
-		return nil, fmt.Errorf("%w: allocation closed", ErrBadHandle)
+		return nil, fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: copy faulted: %v", ErrBadHandle, r)
+			err = fmt.Errorf("%w: copy faulted: %v", cufile.ErrBadHandle, r)
 		}
 	}()
 	buf = make([]byte, n)
@@ -296,11 +318,11 @@ func (a *hostAllocation) write(off uint64, src []byte) (err error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if a.closed {
-		return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+		return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: copy faulted: %v", ErrBadHandle, r)
+			err = fmt.Errorf("%w: copy faulted: %v", cufile.ErrBadHandle, r)
 		}
 	}()
 	copy(a.mem[off:], src)
@@ -350,13 +372,13 @@ type hostCopy struct {
 	err  error // set before done is closed
 }
 
-func (d *hostDevice) ordinal() int              { return 0 }
-func (d *hostDevice) run(fn func() error) error { return fn() }
+func (d *hostDevice) Ordinal() int              { return 0 }
+func (d *hostDevice) Run(fn func() error) error { return fn() }
 
-func (d *hostDevice) allocHost(size int) ([]byte, error) { return make([]byte, size), nil }
-func (d *hostDevice) freeHost([]byte) error              { return nil }
+func (d *hostDevice) AllocHost(size int) ([]byte, error) { return make([]byte, size), nil }
+func (d *hostDevice) FreeHost([]byte) error              { return nil }
 
-func (d *hostDevice) newStream() (uintptr, error) {
+func (d *hostDevice) NewStream() (uintptr, error) {
 	st := &hostStream{jobs: make(chan hostJob, 64), done: make(chan struct{})}
 	go d.work(st)
 	d.mu.Lock()
@@ -414,32 +436,32 @@ func (d *hostDevice) fence(h uintptr) *hostFence {
 	return d.fences[h-1]
 }
 
-func (d *hostDevice) destroyStream(h uintptr) error {
+func (d *hostDevice) DestroyStream(h uintptr) error {
 	st := d.stream(h)
 	close(st.jobs)
 	<-st.done
 	return nil
 }
 
-func (d *hostDevice) newFence() (uintptr, error) {
+func (d *hostDevice) NewFence() (uintptr, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.fences = append(d.fences, &hostFence{})
 	return uintptr(len(d.fences)), nil
 }
 
-func (d *hostDevice) destroyFence(uintptr) error { return nil }
+func (d *hostDevice) DestroyFence(uintptr) error { return nil }
 
-func (d *hostDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation, dstOff uint64, fault func(error)) error {
+func (d *hostDevice) CopyAsync(stream, fence uintptr, src []byte, dst cufile.Allocation, dstOff uint64, fault func(error)) error {
 	a, ok := dst.(*hostAllocation)
 	if !ok {
-		return fmt.Errorf("%w: not a host stand-in allocation", ErrBadHandle)
+		return fmt.Errorf("%w: not a host stand-in allocation", cufile.ErrBadHandle)
 	}
 	a.mu.RLock()
 	closed := a.closed
 	a.mu.RUnlock()
 	if closed {
-		return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+		return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
 	}
 	c := &hostCopy{done: make(chan struct{})}
 	f := d.fence(fence)
@@ -450,18 +472,18 @@ func (d *hostDevice) copyAsync(stream, fence uintptr, src []byte, dst Allocation
 	return nil
 }
 
-func (d *hostDevice) copyDtoDAsync(stream uintptr, src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n uint64, fault func(error)) error {
+func (d *hostDevice) CopyDtoDAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst cufile.Allocation, dstOff uint64, n uint64, fault func(error)) error {
 	from, ok1 := src.(*hostAllocation)
 	to, ok2 := dst.(*hostAllocation)
 	if !ok1 || !ok2 {
-		return fmt.Errorf("%w: not a host stand-in allocation", ErrBadHandle)
+		return fmt.Errorf("%w: not a host stand-in allocation", cufile.ErrBadHandle)
 	}
 	for _, a := range []*hostAllocation{from, to} {
 		a.mu.RLock()
 		closed := a.closed
 		a.mu.RUnlock()
 		if closed {
-			return fmt.Errorf("%w: allocation closed", ErrBadHandle)
+			return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
 		}
 	}
 	d.stream(stream).jobs <- hostJob{dst: to, off: dstOff, from: from, fromOff: srcOff, n: n, fault: fault}
@@ -474,7 +496,7 @@ func (f *hostFence) current() *hostCopy {
 	return f.last
 }
 
-func (d *hostDevice) fenceDone(fence uintptr) (bool, error) {
+func (d *hostDevice) FenceDone(fence uintptr) (bool, error) {
 	c := d.fence(fence).current()
 	if c == nil {
 		return true, nil
@@ -487,7 +509,7 @@ func (d *hostDevice) fenceDone(fence uintptr) (bool, error) {
 	}
 }
 
-func (d *hostDevice) waitFence(fence uintptr) error {
+func (d *hostDevice) WaitFence(fence uintptr) error {
 	c := d.fence(fence).current()
 	if c == nil {
 		return nil
@@ -496,9 +518,9 @@ func (d *hostDevice) waitFence(fence uintptr) error {
 	return c.err
 }
 
-// syncStream waits until the stream's worker has finished every job
+// SyncStream waits until the stream's worker has finished every job
 // enqueued before it, and reports a copy that failed meanwhile.
-func (d *hostDevice) syncStream(stream uintptr) error {
+func (d *hostDevice) SyncStream(stream uintptr) error {
 	st := d.stream(stream)
 	barrier := make(chan struct{})
 	st.jobs <- hostJob{barrier: barrier}

@@ -1,25 +1,30 @@
-package rdmaread
+// Package mint turns imported device regions into RDMA tokens: the Minter
+// interface, the TokenCache that keeps registrations across reads, and the
+// minter over MinIO's libs3rdma.
+package mint
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 
-	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/cufile"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 )
 
-// Errors of minting; each maps to a decline reason (DeclineFor).
+// Errors of minting; each maps to a decline reason (rdmaread.DeclineFor).
 var (
+	// ErrOutOfBounds: a range outside the allocation or the registration.
+	// The engine refuses a destination range outside the caller's
+	// allocation with it too.
+	ErrOutOfBounds = errors.New("destination range outside the allocation")
 	// ErrNoMinter: no token minter on this host (library missing, no NIC).
 	ErrNoMinter = errors.New("no RDMA token minter")
 	// ErrRegistrationFailed: the buffer could not be registered with the NIC,
 	// or a token could not be minted for it.
 	ErrRegistrationFailed = errors.New("RDMA registration failed")
-	// ErrTooLarge: beyond one registration (MaxRegistration) or one server
-	// operation (MaxServerOp); split the read with rdmatoken.SplitRange.
+	// ErrTooLarge: beyond one registration (rdmatoken.MaxRegistration) or one server
+	// operation (rdmatoken.MaxServerOp); split the read with rdmatoken.SplitRange.
 	ErrTooLarge = errors.New("too large for one RDMA registration or operation")
 )
 
@@ -28,7 +33,7 @@ type Minter interface {
 	Name() string   // "loopback", "libs3rdma", "cuobject"
 	Fabric() string // "loopback", or the NIC fabric
 	// Register makes [off, off+n) of alloc reachable by the fabric and
-	// returns a registration minting tokens for it; n <= MaxRegistration.
+	// returns a registration minting tokens for it; n <= rdmatoken.MaxRegistration.
 	// Registering is expensive (the NIC pins and maps the memory): keep
 	// registrations and mint many tokens from each (TokenCache does).
 	Register(alloc cufile.Allocation, off, n uint64) (Registration, error)
@@ -52,8 +57,8 @@ type Registration interface {
 
 // TokenCache keeps registrations per allocation and reuses them across
 // reads, since registering costs far more than minting. A registration
-// covers the whole allocation when it fits one (MaxRegistration), else a
-// window of 2 x MaxServerOp starting at a multiple of MaxServerOp, which
+// covers the whole allocation when it fits one (rdmatoken.MaxRegistration), else a
+// window of 2 x rdmatoken.MaxServerOp starting at a multiple of rdmatoken.MaxServerOp, which
 // holds any part rdmatoken.SplitRange makes; registrations of one allocation thus
 // never share a start address with different sizes (libs3rdma counts
 // registrations per address and would keep the first size).
@@ -97,14 +102,14 @@ type Lease struct {
 }
 
 // Acquire returns a lease on a registration covering [off, off+n) of
-// alloc, registering on first use. n must not exceed MaxServerOp. Every
+// alloc, registering on first use. n must not exceed rdmatoken.MaxServerOp. Every
 // successful Acquire needs one Release.
 func (c *TokenCache) Acquire(alloc cufile.Allocation, off, n uint64) (*Lease, error) {
 	if n == 0 || off > alloc.Size() || n > alloc.Size()-off {
 		return nil, fmt.Errorf("%w: %d bytes at %d of a %d-byte allocation", ErrOutOfBounds, n, off, alloc.Size())
 	}
-	if n > MaxServerOp {
-		return nil, fmt.Errorf("%w: %d bytes in one request, at most %d", ErrTooLarge, n, MaxServerOp)
+	if n > rdmatoken.MaxServerOp {
+		return nil, fmt.Errorf("%w: %d bytes in one request, at most %d", ErrTooLarge, n, rdmatoken.MaxServerOp)
 	}
 	wOff, wLen := window(alloc.Size(), off)
 	key := windowKey{alloc, wOff}
@@ -149,11 +154,11 @@ func (c *TokenCache) Acquire(alloc cufile.Allocation, off, n uint64) (*Lease, er
 
 // window is the region registered for a read at off.
 func window(size, off uint64) (uint64, uint64) {
-	if size <= MaxRegistration {
+	if size <= rdmatoken.MaxRegistration {
 		return 0, size
 	}
-	start := off &^ (MaxServerOp - 1)
-	return start, min(2*MaxServerOp, size-start)
+	start := off &^ (rdmatoken.MaxServerOp - 1)
+	return start, min(2*rdmatoken.MaxServerOp, size-start)
 }
 
 func (c *TokenCache) reuseLocked(alloc cufile.Allocation, off, n uint64) *Lease {
@@ -250,36 +255,4 @@ func (c *TokenCache) Close() error {
 		errs = append(errs, c.ReleaseAllocation(a))
 	}
 	return errors.Join(errs...)
-}
-
-// DeclineFor is the decline reason for an RDMA attempt that did not serve
-// every byte: a minting error, a failed GET with a token, or the GET's
-// outcome. Errors that are answers about the object (objstore.ErrNotFound,
-// ErrChanged, ErrAccessDenied, ErrNoBucket) are not declines: the engine
-// returns them instead of falling back, so check those first.
-func DeclineFor(rep objstore.RDMAReply, err error) abi.Decline {
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrTooLarge):
-		return abi.DeclineTooLarge
-	case errors.Is(err, ErrNoMinter):
-		return abi.DeclineRDMAUnavailable
-	case errors.Is(err, ErrRegistrationFailed):
-		return abi.DeclineRegistrationFailed
-	case errors.Is(err, objstore.ErrTokenRejected):
-		return abi.DeclineTokenRejected
-	case errors.Is(err, context.DeadlineExceeded):
-		return abi.DeclineTimeout
-	default:
-		return abi.DeclineRDMAError
-	}
-	switch rep.Outcome {
-	case objstore.RDMADeclined501:
-		return abi.DeclineServer501
-	case objstore.RDMATokenIgnored:
-		return abi.DeclineTokenIgnored
-	case objstore.RDMAShortTransfer:
-		return abi.DeclineShortTransfer
-	}
-	return abi.DeclineNone
 }

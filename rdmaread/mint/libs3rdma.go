@@ -1,4 +1,4 @@
-package rdmaread
+package mint
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
 	"golang.org/x/sys/unix"
 )
 
@@ -181,8 +182,8 @@ func (l *LibS3RDMA) Register(alloc cufile.Allocation, off, n uint64) (Registrati
 	if n == 0 || off > alloc.Size() || n > alloc.Size()-off {
 		return nil, fmt.Errorf("%w: %d bytes at %d of a %d-byte allocation", ErrOutOfBounds, n, off, alloc.Size())
 	}
-	if n > MaxRegistration {
-		return nil, fmt.Errorf("%w: a registration of %d bytes, at most %d", ErrTooLarge, n, MaxRegistration)
+	if n > rdmatoken.MaxRegistration {
+		return nil, fmt.Errorf("%w: a registration of %d bytes, at most %d", ErrTooLarge, n, rdmatoken.MaxRegistration)
 	}
 	dp, ok := alloc.(cufile.DevicePointer)
 	if !ok {
@@ -272,7 +273,7 @@ func (r *s3rdmaRegistration) Token(off, n uint64) (string, error) {
 		return "", fmt.Errorf("%w: libs3rdma minted a token without a NUL in 256 bytes", ErrRegistrationFailed)
 	}
 	// Never send what the server would refuse.
-	tok, err := ParseToken(s)
+	tok, err := rdmatoken.Parse(s)
 	if err != nil {
 		return "", fmt.Errorf("%w: libs3rdma minted %q: %w", ErrRegistrationFailed, s, err)
 	}

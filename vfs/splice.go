@@ -52,12 +52,16 @@ type spliceFeed struct {
 	// except with a reply that waits in the pipe: that reply holds it
 	// until go-fuse has written it and calls its Done, which gives it
 	// back once the next reply's bytes are spliced in. A read or close
-	// that cannot take it within Config.ReadTimeout (a reply never
-	// written) gives the feed up (abandoned) rather than wait on: the
-	// reader's place goes to the blocks at once, and whoever holds the
-	// turn ends the feed as it gives the turn back. No mutex is held
-	// across the return to the FUSE layer.
+	// that waits for it longer than Config.ReadTimeout while a reply holds
+	// it (a reply never written) gives the feed up (abandoned) rather than
+	// wait on: the reader's place goes to the blocks at once, and whoever
+	// holds the turn ends the feed as it gives the turn back. A read that
+	// holds it is waited for: its GET's own timeouts bound it. No mutex is
+	// held across the return to the FUSE layer.
 	turn chan struct{}
+	// outSince is when the reply that holds the turn went out (Unix
+	// nanoseconds); 0 while no reply holds it.
+	outSince atomic.Int64
 	// abandoned: the feed is to end as soon as its turn is free.
 	abandoned atomic.Bool
 	get       *objstore.Body    // the GET (Close ends it)
@@ -143,8 +147,8 @@ func (s *splicer) read(ctx context.Context, off int64, n int) (Reply, error) {
 	if ok, err := feed.take(ctx, h.f.cfg.ReadTimeout); err != nil {
 		return Reply{}, err
 	} else if !ok {
-		// That reply was not written: the blocks serve on from here,
-		// and its Done, if it ever comes, ends the GET.
+		// The reply before was not written: the blocks serve on from
+		// here, and its Done, if it ever comes, ends the GET.
 		s.feed.CompareAndSwap(feed, nil)
 		h.st.spliceEnded(h, off, true)
 		s.abandon(feed, fmt.Errorf("the reply before was not written within %v", h.f.cfg.ReadTimeout))
@@ -195,7 +199,9 @@ func (s *splicer) read(ctx context.Context, off int64, n int) (Reply, error) {
 			feed.fillBeside(int(min(int64(want), feed.body.Left())))
 		}
 		// The reply keeps the turn: its Done gives it back.
+		feed.outSince.Store(time.Now().UnixNano())
 		return Reply{Pipe: &PipeReply{FD: feed.pr, N: want, Done: func() (taken int) {
+			feed.outSince.Store(0)
 			defer s.give(feed)
 			return s.replyDone(feed, off, want)
 		}}}, nil
@@ -267,8 +273,10 @@ func (s *splicer) replyDone(feed *spliceFeed, off int64, want int) (taken int) {
 	return taken
 }
 
-// take waits for the feed's turn (spliceFeed.turn), up to wait; false when
-// it did not come, and ctx's error when the caller gave up first.
+// take waits for the feed's turn (spliceFeed.turn): for as long as a read
+// holds it, and up to wait once a reply out of vfs holds it; false when
+// that reply was not written within wait, and ctx's error when the caller
+// gave up first.
 func (feed *spliceFeed) take(ctx context.Context, wait time.Duration) (bool, error) {
 	select {
 	case feed.turn <- struct{}{}:
@@ -277,13 +285,24 @@ func (feed *spliceFeed) take(ctx context.Context, wait time.Duration) (bool, err
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case feed.turn <- struct{}{}:
-		return true, nil
-	case <-t.C:
+	for {
+		select {
+		case feed.turn <- struct{}{}:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-t.C:
+		}
+		since := feed.outSince.Load()
+		if since == 0 {
+			t.Reset(wait) // a read holds it
+			continue
+		}
+		if left := wait - time.Since(time.Unix(0, since)); left > 0 {
+			t.Reset(left)
+			continue
+		}
 		return false, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
 	}
 }
 

@@ -103,7 +103,7 @@ type besideFill struct {
 // Why a spliced GET ended: the values of s3gdsfs_splice_ends_total's label.
 const (
 	spliceDone    = "done"    // the reader got to the end of the object
-	spliceLeft    = "left"    // it closed the file or read elsewhere first
+	spliceLeft    = "left"    // it closed the file or read elsewhere first, or a reply out was given up
 	spliceError   = "error"   // the GET failed while reading; ordinary reads take over
 	spliceShared  = "shared"  // another reader of the object came; ordinary reads, which share blocks, take over
 	spliceRefused = "refused" // it could not start; ordinary reads serve

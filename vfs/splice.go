@@ -154,8 +154,8 @@ func (s *splicer) read(ctx context.Context, off int64, n int) (Reply, error) {
 		s.abandon(feed, fmt.Errorf("the reply before was not written within %v", h.f.cfg.ReadTimeout))
 		return Reply{}, errFallBack
 	}
-	if feed.body == nil {
-		s.give(feed)
+	if feed.body == nil || feed.abandoned.Load() {
+		s.give(feed) // which ends an abandoned feed
 		return Reply{}, errFallBack
 	}
 	if h.st.spliceShared(h) {

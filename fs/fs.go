@@ -14,6 +14,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
@@ -350,6 +351,43 @@ func (r blockResult) Size() int {
 }
 
 func (r blockResult) Done() { r.release() }
+
+// pipeResult is a reply whose bytes wait in a spliced handle's pipe
+// (vfs/splice.go): go-fuse splices them on into /dev/fuse behind the
+// header, so the daemon never copies them. Its Done, once the reply is
+// written, gives the pipe back to the handle's spliced GET
+// (vfs.PipeReply).
+type pipeResult struct {
+	fd, n int
+	done  func()
+	m     *metrics.Set
+}
+
+func (r pipeResult) Stateful() (uintptr, int) { return uintptr(r.fd), r.n }
+func (r pipeResult) Size() int                { return r.n }
+func (r pipeResult) Done()                    { r.done() }
+
+// Bytes is go-fuse's way out when it could not splice: the bytes are read
+// out of the pipe (TIOCINQ is FIONREAD), unless some of them have left it
+// already (then the request fails rather than wait for bytes that will not
+// come).
+func (r pipeResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if k, err := unix.IoctlGetInt(r.fd, unix.TIOCINQ); err != nil || k < r.n {
+		return nil, fuse.EIO
+	}
+	if len(buf) < r.n {
+		buf = make([]byte, r.n)
+	}
+	for got := 0; got < r.n; {
+		k, err := unix.Read(r.fd, buf[got:r.n])
+		if err != nil || k == 0 {
+			return nil, fuse.EIO
+		}
+		got += k
+	}
+	r.m.SpliceCopied.Add(float64(r.n))
+	return buf[:r.n], fuse.OK
+}
 
 func (fh *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fh.h.Close()

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
-	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -47,24 +47,34 @@ import (
 // (objstore.Config.RawReceiveBuffer), so that the server can be a reply
 // ahead of it.
 type spliceFeed struct {
-	// mu is held from a read's splice into the pipe until its reply has
-	// been written out of the pipe and the next one's bytes spliced in.
-	mu     sync.Mutex
-	get    *objstore.Body    // the GET (Close ends it)
-	body   *objstore.RawBody // its socket; nil once ended
-	pr, pw int               // the pipe: read end for the reply, write end for the socket
-	size   int               // the pipe's capacity now (replyPipeSize of the reply)
-	pos    int64             // next byte of the object the socket brings
+	// turn is a single slot: who holds it owns the GET's socket and the
+	// pipes. A read takes it (take) and gives it back before it returns,
+	// except with a reply that waits in the pipe: that reply holds it
+	// until go-fuse has written it and calls its Done, which gives it
+	// back once the next reply's bytes are spliced in. A read or close
+	// that waits for it longer than Config.ReadTimeout while a reply holds
+	// it (a reply never written) gives the feed up (abandoned) rather than
+	// wait on: the reader's place goes to the blocks at once, and whoever
+	// holds the turn ends the feed as it gives the turn back. A read that
+	// holds it is waited for: its GET's own timeouts bound it. No mutex is
+	// held across the return to the FUSE layer.
+	turn chan struct{}
+	// outSince is when the reply that holds the turn went out (Unix
+	// nanoseconds); 0 while no reply holds it.
+	outSince atomic.Int64
+	// abandoned: the feed is to end as soon as its turn is free.
+	abandoned atomic.Bool
+	get       *objstore.Body    // the GET (Close ends it)
+	body      *objstore.RawBody // its socket; nil once ended
+	pr, pw    int               // the pipe: read end for the reply, write end for the socket
+	size      int               // the pipe's capacity now (replyPipeSize of the reply)
+	pos       int64             // next byte of the object the socket brings
 	// inPipe is how many bytes wait in the pipe: those of the object
 	// from pos-inPipe on, for the next read.
 	inPipe int
 	// copying counts replies still to copy without trying the pipe: the
 	// socket's last reply came in buffers too small for it.
 	copying int
-	// share is set when another handle of the version starts reading: the
-	// feed ends at its next read and ordinary reads, whose blocks the two
-	// share, take over.
-	share atomic.Bool
 
 	// spare is the second pipe (Config.SpliceAhead): the next reply's
 	// bytes are spliced into it while the FUSE layer writes this one out
@@ -93,7 +103,7 @@ type besideFill struct {
 // Why a spliced GET ended: the values of s3gdsfs_splice_ends_total's label.
 const (
 	spliceDone    = "done"    // the reader got to the end of the object
-	spliceLeft    = "left"    // it closed the file or read elsewhere first
+	spliceLeft    = "left"    // it closed the file or read elsewhere first, or a reply out was given up
 	spliceError   = "error"   // the GET failed while reading; ordinary reads take over
 	spliceShared  = "shared"  // another reader of the object came; ordinary reads, which share blocks, take over
 	spliceRefused = "refused" // it could not start; ordinary reads serve
@@ -104,51 +114,53 @@ const (
 // object: the reply is the read's n bytes waiting in a pipe, for the FUSE
 // layer to splice on, or copied out of the socket where its bytes came in
 // buffers too small for one reply's pipe. It takes a read at offset 0
-// while no other handle of the version reads, and the reads that follow
-// it; any other read, and every read once its GET has ended, falls back to
-// the blocks, to which it hands the reader's place. Its state is guarded by
-// the handle's mu.
+// while no other handle of the version reads (readState.trySplice), and
+// the reads that follow it; any other read, and every read once its GET
+// has ended, falls back to the blocks, to which it hands the handle's
+// place (readState.spliceEnded).
 type splicer struct {
 	h    *Handle
-	feed *spliceFeed // the GET being spliced; nil before and after it
-	// tried: a handle splices at most one GET.
-	tried bool
+	feed atomic.Pointer[spliceFeed] // the GET being spliced; nil before and after it
 }
 
 // read serves [off, off+n) from the handle's spliced GET, starting one at
 // offset 0; the reply is n bytes, fewer only at the end of the object.
-func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
+func (s *splicer) read(ctx context.Context, off int64, n int) (Reply, error) {
 	h := s.h
 	size := h.obj.version.Size
-	h.mu.Lock()
-	feed := s.feed
+	feed := s.feed.Load()
 	if feed == nil {
-		start := !s.tried && off == 0 && n > 0 && size > 0 && !h.blocks.reading
-		s.tried = s.tried || start
-		h.mu.Unlock()
-		if !start || h.othersActive() {
+		if off != 0 || n <= 0 || size <= 0 || !h.st.trySplice(h) {
 			return Reply{}, errFallBack
 		}
 		if feed = h.openSplice(); feed == nil {
+			h.st.spliceEnded(h, 0, false)
 			return Reply{}, errFallBack
 		}
 		// No read comes after the release that closes the handle, so
 		// close will find the feed set here.
-		h.mu.Lock()
-		s.feed = feed
+		s.feed.Store(feed)
 	}
-	h.mu.Unlock()
 
 	// Wait for the reply before: the kernel may send the next request
 	// before go-fuse has said it is done with the last.
-	feed.mu.Lock()
-	if feed.body == nil {
-		feed.mu.Unlock()
+	if ok, err := feed.take(ctx, h.f.cfg.ReadTimeout); err != nil {
+		return Reply{}, err
+	} else if !ok {
+		// The reply before was not written: the blocks serve on from
+		// here, and its Done, if it ever comes, ends the GET.
+		s.feed.CompareAndSwap(feed, nil)
+		h.st.spliceEnded(h, off, true)
+		s.abandon(feed, fmt.Errorf("the reply before was not written within %v", h.f.cfg.ReadTimeout))
 		return Reply{}, errFallBack
 	}
-	if feed.share.Load() {
+	if feed.body == nil || feed.abandoned.Load() {
+		s.give(feed) // which ends an abandoned feed
+		return Reply{}, errFallBack
+	}
+	if h.st.spliceShared(h) {
 		h.endSplice(feed, spliceShared, nil)
-		feed.mu.Unlock()
+		s.give(feed)
 		return Reply{}, errFallBack
 	}
 	// Every reply leaves the pipe whole, so the pipe holds just what the
@@ -161,14 +173,14 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 			err = fmt.Errorf("%d bytes in the pipe, %d put there", inPipe, feed.inPipe)
 		}
 		h.endSplice(feed, spliceLeft, err)
-		feed.mu.Unlock()
+		s.give(feed)
 		return Reply{}, errFallBack
 	}
 	want := int(min(int64(n), size-off))
 	if err := feed.besideErr; err != nil {
 		feed.rewind(off)
 		h.spliceFailed(feed, err)
-		feed.mu.Unlock()
+		s.give(feed)
 		return Reply{}, errFallBack
 	}
 	tried := feed.copying == 0
@@ -178,7 +190,7 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 		if err = feed.fill(want, h.f.m.SpliceSocketWaits); err != nil {
 			feed.rewind(off) // the reader's place: what reached the pipe goes with it
 			h.spliceFailed(feed, err)
-			feed.mu.Unlock()
+			s.give(feed)
 			return Reply{}, errFallBack
 		}
 	}
@@ -186,39 +198,12 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 		if h.f.cfg.SpliceAhead && feed.inPipe == want {
 			feed.fillBeside(int(min(int64(want), feed.body.Left())))
 		}
+		// The reply keeps the turn: its Done gives it back.
+		feed.outSince.Store(time.Now().UnixNano())
 		return Reply{Pipe: &PipeReply{FD: feed.pr, N: want, Done: func() (taken int) {
-			defer feed.mu.Unlock()
-			beside, besideOK := feed.joinBeside(h.f.m.SpliceSocketWaits)
-			left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
-			if err == nil {
-				taken = feed.inPipe - left
-				h.f.m.SpliceBytes.Add(float64(taken))
-				h.f.m.PosixReadBytes.Add(float64(taken))
-			}
-			switch {
-			case err != nil:
-				feed.rewind(off)
-				h.endSplice(feed, spliceError, fmt.Errorf("pipe after a reply: %w", err))
-			case taken != want:
-				feed.rewind(off + int64(taken)) // where the reader is
-				h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes taken in part (%d)", want, taken))
-			case off+int64(want) == size:
-				h.endSplice(feed, spliceDone, nil)
-			case besideOK:
-				// The pipe just emptied; the spare holds the next reply.
-				feed.pr, feed.pw, feed.size, feed.spare = feed.spare.pr, feed.spare.pw, feed.spare.size,
-					replyPipe{feed.pr, feed.pw, feed.size}
-				feed.pos += int64(beside.moved)
-				feed.inPipe = beside.moved
-				feed.besideErr = beside.err
-				h.f.m.SpliceAhead.Add(float64(beside.moved))
-			default:
-				feed.inPipe = left
-				if h.f.cfg.SpliceAhead {
-					h.f.m.SpliceAhead.Add(float64(feed.fillAhead(want)))
-				}
-			}
-			return taken
+			feed.outSince.Store(0)
+			defer s.give(feed)
+			return s.replyDone(feed, off, want)
 		}}}, nil
 	}
 	// The pipe filled before it held the reply, or without a buffer to
@@ -235,7 +220,7 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 	if err != nil {
 		feed.rewind(off)
 		h.spliceFailed(feed, err)
-		feed.mu.Unlock()
+		s.give(feed)
 		return Reply{}, errFallBack
 	}
 	h.f.m.SpliceSmallBuffers.Add(float64(want))
@@ -243,8 +228,110 @@ func (s *splicer) read(_ context.Context, off int64, n int) (Reply, error) {
 	if off+int64(want) == size {
 		h.endSplice(feed, spliceDone, nil)
 	}
-	feed.mu.Unlock()
+	s.give(feed)
 	return Reply{Data: data}, nil
+}
+
+// replyDone accounts for a reply of want bytes at off once go-fuse has
+// written it, and readies the pipe for the next read: the bytes spliced
+// beside it, or those the socket holds already. It returns how many bytes
+// left the pipe. Called with the feed's turn, which the reply held.
+func (s *splicer) replyDone(feed *spliceFeed, off int64, want int) (taken int) {
+	h := s.h
+	beside, besideOK := feed.joinBeside(h.f.m.SpliceSocketWaits)
+	left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
+	if err == nil {
+		taken = feed.inPipe - left
+		h.f.m.SpliceBytes.Add(float64(taken))
+		h.f.m.PosixReadBytes.Add(float64(taken))
+	}
+	switch {
+	case err != nil:
+		feed.rewind(off)
+		h.endSplice(feed, spliceError, fmt.Errorf("pipe after a reply: %w", err))
+	case taken != want:
+		feed.rewind(off + int64(taken)) // where the reader is
+		h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes taken in part (%d)", want, taken))
+	case off+int64(want) == h.obj.version.Size:
+		h.endSplice(feed, spliceDone, nil)
+	case feed.abandoned.Load():
+		// Given up while the reply was out: it ends as the turn comes back.
+	case besideOK:
+		// The pipe just emptied; the spare holds the next reply.
+		feed.pr, feed.pw, feed.size, feed.spare = feed.spare.pr, feed.spare.pw, feed.spare.size,
+			replyPipe{feed.pr, feed.pw, feed.size}
+		feed.pos += int64(beside.moved)
+		feed.inPipe = beside.moved
+		feed.besideErr = beside.err
+		h.f.m.SpliceAhead.Add(float64(beside.moved))
+	default:
+		feed.inPipe = left
+		if h.f.cfg.SpliceAhead {
+			h.f.m.SpliceAhead.Add(float64(feed.fillAhead(want)))
+		}
+	}
+	return taken
+}
+
+// take waits for the feed's turn (spliceFeed.turn): for as long as a read
+// holds it, and up to wait once a reply out of vfs holds it; false when
+// that reply was not written within wait, and ctx's error when the caller
+// gave up first.
+func (feed *spliceFeed) take(ctx context.Context, wait time.Duration) (bool, error) {
+	select {
+	case feed.turn <- struct{}{}:
+		return true, nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case feed.turn <- struct{}{}:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-t.C:
+		}
+		since := feed.outSince.Load()
+		if since == 0 {
+			t.Reset(wait) // a read holds it
+			continue
+		}
+		if left := wait - time.Since(time.Unix(0, since)); left > 0 {
+			t.Reset(left)
+			continue
+		}
+		return false, nil
+	}
+}
+
+// give gives the feed's turn back, ending the feed first where it was
+// given up meanwhile (abandon).
+func (s *splicer) give(feed *spliceFeed) {
+	<-feed.turn
+	if feed.abandoned.Load() {
+		s.endAbandoned(feed, nil)
+	}
+}
+
+// abandon gives the feed up: it ends here if its turn is free, and
+// otherwise when its holder gives the turn back. One of the two sees the
+// other: abandoned is set before the turn is tried, and give looks at it
+// after the turn is back.
+func (s *splicer) abandon(feed *spliceFeed, err error) {
+	feed.abandoned.Store(true)
+	s.endAbandoned(feed, err)
+}
+
+// endAbandoned ends an abandoned feed if its turn is free.
+func (s *splicer) endAbandoned(feed *spliceFeed, err error) {
+	select {
+	case feed.turn <- struct{}{}:
+		s.h.endSplice(feed, spliceLeft, err)
+		<-feed.turn
+	default:
+	}
 }
 
 // copyRun is how many replies after one of small buffers are copied
@@ -391,34 +478,6 @@ func replyPipeSize(n int) int {
 	return page << bits.Len(uint(pages-1))
 }
 
-// othersActive reports whether another handle of the version reads, or
-// splices: readers of one object share its blocks, which a spliced GET
-// would not make.
-func (h *Handle) othersActive() bool {
-	for _, o := range h.f.otherReaders(h) {
-		o.mu.Lock()
-		active := o.blocks.reading || (o.spliced != nil && o.spliced.feed != nil)
-		o.mu.Unlock()
-		if active {
-			return true
-		}
-	}
-	return false
-}
-
-// shareSplices ends the spliced GETs of the version's other handles at
-// their next read: h is about to read it through blocks, which the others
-// would not make.
-func (h *Handle) shareSplices() {
-	for _, o := range h.f.otherReaders(h) {
-		o.mu.Lock()
-		if o.spliced != nil && o.spliced.feed != nil {
-			o.spliced.feed.share.Store(true)
-		}
-		o.mu.Unlock()
-	}
-}
-
 // openSplice sends the whole-object GET and makes the pipe; nil when either
 // fails (counted as refused), and the read goes the ordinary way.
 func (h *Handle) openSplice() *spliceFeed {
@@ -449,12 +508,13 @@ func (h *Handle) openSplice() *spliceFeed {
 		return refuse(err)
 	}
 	f.m.ReadStreams.Inc()
-	return &spliceFeed{get: get, body: get.Raw(), pr: pr, pw: pw}
+	return &spliceFeed{turn: make(chan struct{}, 1), get: get, body: get.Raw(), pr: pr, pw: pw}
 }
 
-// endSplice closes the feed's GET and pipe; called with feed.mu held. After
-// an error the ordinary reads take over where the GET had got to, as a
-// sequential reader.
+// endSplice closes the feed's GET and pipe and hands the handle's place to
+// the blocks; called with the feed's turn. After an error, or when another
+// handle started reading, the blocks take over where the GET had got to,
+// as a sequential reader.
 func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	if feed.body == nil {
 		return
@@ -472,16 +532,8 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 		h.f.log.Debug("spliced GET stopped; ordinary reads take over", "bucket", h.obj.bucket, "key", h.obj.key,
 			"at", feed.readerAt(), "err", err)
 	}
-	h.mu.Lock()
-	if h.spliced.feed == feed {
-		h.spliced.feed = nil
-	}
-	if why == spliceError || why == spliceShared {
-		// The blocks serve on from where the reader is, as a sequential
-		// reader.
-		h.blocks.takeOver(feed.readerAt())
-	}
-	h.mu.Unlock()
+	h.spliced.feed.CompareAndSwap(feed, nil)
+	h.st.spliceEnded(h, feed.readerAt(), why == spliceError || why == spliceShared)
 }
 
 // spliceFailed ends the feed after its GET failed on the socket (a
@@ -489,8 +541,8 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 // the reader is at again at once, the failed GET counted as its first
 // attempt, as a whole-object stream's failure is (stream.stop): the reader
 // then gets its bytes or an error within the bound of ranged GETs alone
-// (docs/operations.md), not a read timeout later. Called with feed.mu
-// held.
+// (docs/operations.md), not a read timeout later. Called with the feed's
+// turn.
 func (h *Handle) spliceFailed(feed *spliceFeed, err error) {
 	at := feed.readerAt()
 	h.endSplice(feed, spliceError, err)
@@ -498,17 +550,19 @@ func (h *Handle) spliceFailed(feed *spliceFeed, err error) {
 }
 
 // close ends the handle's spliced GET at close, once a reply still being
-// written has left the pipe.
+// written has left the pipe; one not written within Config.ReadTimeout is
+// left to end it.
 func (s *splicer) close() {
-	s.h.mu.Lock()
-	feed := s.feed
-	s.h.mu.Unlock()
+	feed := s.feed.Load()
 	if feed == nil {
 		return
 	}
-	feed.mu.Lock()
+	if ok, _ := feed.take(context.Background(), s.h.f.cfg.ReadTimeout); !ok {
+		s.abandon(feed, fmt.Errorf("closed with a reply not written within %v", s.h.f.cfg.ReadTimeout))
+		return
+	}
 	s.h.endSplice(feed, spliceLeft, nil)
-	feed.mu.Unlock()
+	s.give(feed)
 }
 
 // ReplyPipeSize is what a pipe must hold for splicing: one reply of up to

@@ -323,7 +323,7 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 				t.Fatalf("after read %d of %d bytes, the pipe's whole: %d of the next in the pipe, want %d", i, want, next, min(int64(want), size-off))
 			}
 			if ahead && ready == want {
-				if h.spliced.feed.pr == r.Pipe.FD {
+				if h.spliced.feed.Load().pr == r.Pipe.FD {
 					t.Fatalf("after read %d the feed still reads the pipe the reply left: nothing was spliced beside it", i)
 				}
 				wholeAhead++
@@ -348,8 +348,8 @@ func testSpliceAhead(t *testing.T, ahead bool) {
 func TestSpliceReadFillsAheadInOnePipeWithoutASpare(t *testing.T) {
 	const size = 5<<20 + 99
 	data, f, h := splicedObject(t, size, 45, Config{Splice: true, DirectIO: DirectIOAlways, SpliceAhead: true})
-	spliceWhole(t, h, 0, 1<<20)   // starts the feed
-	h.spliced.feed.noSpare = true // as when F_SETPIPE_SZ is refused
+	spliceWhole(t, h, 0, 1<<20)          // starts the feed
+	h.spliced.feed.Load().noSpare = true // as when F_SETPIPE_SZ is refused
 	got := append([]byte(nil), data[:1<<20]...)
 	filledAhead := 0
 	for off := int64(1 << 20); off < size; {
@@ -367,7 +367,7 @@ func TestSpliceReadFillsAheadInOnePipeWithoutASpare(t *testing.T) {
 		if off == size {
 			break
 		}
-		if h.spliced.feed.pr != fd {
+		if h.spliced.feed.Load().pr != fd {
 			t.Fatalf("after the reply before %d the feed's pipe changed without a spare", off)
 		}
 		if readyInPipe(t, h) > 0 {
@@ -413,14 +413,14 @@ func TestSpliceReadBesideAReplyMeetsAFailedGET(t *testing.T) {
 // feed (0 without one), checked against the pipe itself.
 func readyInPipe(t *testing.T, h *Handle) int {
 	t.Helper()
-	h.mu.Lock()
-	feed := h.spliced.feed
-	h.mu.Unlock()
+	feed := h.spliced.feed.Load()
 	if feed == nil {
 		return 0
 	}
-	feed.mu.Lock()
-	defer feed.mu.Unlock()
+	if ok, _ := feed.take(context.Background(), time.Minute); !ok {
+		t.Fatal("the feed's turn did not come")
+	}
+	defer func() { <-feed.turn }()
 	n, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
 	if err != nil || n != feed.inPipe {
 		t.Fatalf("pipe holds %d bytes (%v), the feed says %d", n, err, feed.inPipe)
@@ -562,5 +562,110 @@ func TestFaultyStoreSplicesAndItsFaultsReachTheSplicedGET(t *testing.T) {
 				t.Errorf("faults injected: %s", faultstore.SortedFaultCounts(faulty.Counts()))
 			}
 		})
+	}
+}
+
+// A spliced reply that is never written (go-fuse never calls its Done)
+// holds the handle's spliced GET, and only that: another handle's read,
+// the handle's own next read (served by the blocks, right) and its close
+// all return, each within Config.ReadTimeout of waiting for it; the pipe
+// stays the reply's until its Done, which then ends the GET, counted once.
+func TestSpliceReplyNeverWrittenBlocksNoReadNorClose(t *testing.T) {
+	for _, readFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("read_before_close=%v", readFirst), func(t *testing.T) {
+			testSpliceReplyNeverWritten(t, readFirst)
+		})
+	}
+}
+
+func testSpliceReplyNeverWritten(t *testing.T, readFirst bool) {
+	const size = 4<<20 + 5
+	ms := newMemStore()
+	data := randomBytes(size, 49)
+	ms.put("b", "obj", data, "e1")
+	cfg := Config{Splice: true, DirectIO: DirectIOAlways}
+	cfg.ReadTimeout = 200 * time.Millisecond
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t}, cfg)
+	h := openFile(t, f, "obj")
+	if h.spliced == nil {
+		t.Fatal("opened without its spliced reader")
+	}
+	r, ok := spliceRead(h, 0, 1<<20)
+	if !ok || r.Pipe == nil {
+		t.Fatal("first read not spliced into the pipe")
+	}
+	// within runs fn and fails the test if it has not returned within a
+	// bound far above ReadTimeout: then it waits for the reply's Done.
+	within := func(what string, fn func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			fn()
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s waits for a reply that is never written", what)
+		}
+	}
+	readAll := func(h *Handle, off int64) []byte {
+		rep, err := h.Read(context.Background(), off, 1<<20)
+		if err != nil {
+			t.Errorf("read at %d: %v", off, err)
+			return nil
+		}
+		if rep.Pipe != nil {
+			t.Errorf("read at %d spliced beside a reply not written", off)
+			return nil
+		}
+		if rep.Data != nil {
+			return rep.Data
+		}
+		defer rep.Release()
+		var b []byte
+		for _, v := range rep.Views {
+			b = append(b, v...)
+		}
+		return b
+	}
+	h2 := openFile(t, f, "obj")
+	within("another handle's read", func() {
+		if b := readAll(h2, 2<<20); !bytes.Equal(b, data[2<<20:3<<20]) {
+			t.Error("another handle's read: wrong bytes")
+		}
+	})
+	h2.Close()
+	if readFirst {
+		within("the handle's next read", func() {
+			if b := readAll(h, 1<<20); !bytes.Equal(b, data[1<<20:2<<20]) {
+				t.Error("the handle's next read: wrong bytes")
+			}
+		})
+	}
+	within("the handle's close", h.Close)
+
+	// Until its Done the pipe is the reply's, whole.
+	if k, err := unix.IoctlGetInt(r.Pipe.FD, unix.TIOCINQ); err != nil || k != r.Pipe.N {
+		t.Fatalf("the reply's pipe holds %d bytes (%v), want its %d", k, err, r.Pipe.N)
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[]" && ends != "<nil>" {
+		t.Fatalf("splice ends %s while the reply is out, want none", ends)
+	}
+	if b := takeFromPipe(t, r.Pipe.FD, r.Pipe.N); !bytes.Equal(b, data[:1<<20]) {
+		t.Fatal("the late reply's bytes differ")
+	}
+	if taken := r.Pipe.Done(); taken != r.Pipe.N {
+		t.Fatalf("done says %d bytes taken, %d were", taken, r.Pipe.N)
+	}
+	if snap, err = f.m.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
+		t.Errorf("splice ends %s after the late Done, want left:1", ends)
 	}
 }

@@ -103,8 +103,8 @@ func TestReaderFromTheStartIsFedByOneWholeObjectGET(t *testing.T) {
 		t.Fatalf("stream did not end as done")
 	}
 	// The window still grew: the stream is read no further than it.
-	if h.blocks.window != f.cfg.MaxWindow {
-		t.Fatalf("window %d, want %d", h.blocks.window, f.cfg.MaxWindow)
+	if h.blocks.ahead.window != f.cfg.MaxWindow {
+		t.Fatalf("window %d, want %d", h.blocks.ahead.window, f.cfg.MaxWindow)
 	}
 }
 
@@ -330,15 +330,15 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 	}
 	// Files open but not read take no share.
 	readAll(t, hs[0], 0, 4096)
-	if hs[0].blocks.window != f.cfg.MaxWindow {
-		t.Fatalf("one of 8 open files reading: window %d, want %d", hs[0].blocks.window, f.cfg.MaxWindow)
+	if hs[0].blocks.ahead.window != f.cfg.MaxWindow {
+		t.Fatalf("one of 8 open files reading: window %d, want %d", hs[0].blocks.ahead.window, f.cfg.MaxWindow)
 	}
 	for _, h := range hs[1:] {
 		readAll(t, h, 90*4096, 4096)
 	}
 	readAll(t, hs[0], 0, 4096) // back to the start: the window starts small again
-	if want := int64(64 * 4096 / 2 / 8); hs[0].blocks.window > want {
-		t.Fatalf("with 8 files reading the window grew to %d bytes, want at most %d", hs[0].blocks.window, want)
+	if want := int64(64 * 4096 / 2 / 8); hs[0].blocks.ahead.window > want {
+		t.Fatalf("with 8 files reading the window grew to %d bytes, want at most %d", hs[0].blocks.ahead.window, want)
 	}
 	for _, h := range hs[1:] {
 		h.Close()
@@ -347,8 +347,8 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 	defer h.Close()
 	defer hs[0].Close()
 	readAll(t, h, 0, 4096)
-	if h.blocks.window != f.cfg.MaxWindow {
-		t.Fatalf("with 2 files open the window is %d, want %d", h.blocks.window, f.cfg.MaxWindow)
+	if h.blocks.ahead.window != f.cfg.MaxWindow {
+		t.Fatalf("with 2 files open the window is %d, want %d", h.blocks.ahead.window, f.cfg.MaxWindow)
 	}
 }
 

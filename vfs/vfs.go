@@ -2,7 +2,7 @@
 // and keys to directories and files, caches what it learns, and serves each
 // open file (Handle) through the readers its open chose, asked in order: a
 // spliced GET for a direct-I/O reader (splice.go), then the shared blocks
-// (blocks.go), fed ahead by a whole-object stream (stream.go) and ranged
+// (blocks.go), fed ahead (prefetch.go) by a whole-object stream and ranged
 // GETs (fetch.go). The fs package adapts it to go-fuse; tests and other
 // front ends can drive it directly.
 package vfs
@@ -55,7 +55,7 @@ type Config struct {
 
 	// NoStream (streams off, or a far endpoint) serves every
 	// read with ranged GETs; otherwise a reader that starts at the beginning
-	// of an object is fed by one GET of the whole object (stream.go).
+	// of an object is fed by one GET of the whole object (fetch.go).
 	NoStream bool
 	// StreamMinRate (bytes per second) is the least a stream must deliver
 	// while reading; a slower one hands over to parallel ranged GETs.
@@ -244,10 +244,10 @@ type FS struct {
 
 	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
 
-	// readers are the open handles of each object version (by object id),
-	// so that blocks one reader has passed are kept for another behind it.
+	// readers are the open handles of each object version (by object id)
+	// and what they know of each other (handle.go's readState).
 	readersMu sync.Mutex
-	readers   map[string][]*Handle
+	readers   map[string]*readState
 
 	skippedMu sync.Mutex
 	skipped   map[string]struct{} // keys already logged, bounded
@@ -273,7 +273,7 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		loads:   newDirLoads(),
 		blocks:  blocks,
 		skipped: make(map[string]struct{}),
-		readers: make(map[string][]*Handle),
+		readers: make(map[string]*readState),
 	}
 	f.fetch = newFetcher(f)
 	m.MemoryLimit.Set(float64(cfg.MemoryLimit))

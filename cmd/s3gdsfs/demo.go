@@ -30,6 +30,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/setting"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 )
 
 // The demo's credentials only guard an endpoint on loopback that lives as
@@ -108,12 +109,14 @@ func runDemo(args []string) error {
 	// GPU reads in the demo run anywhere: host memory files stand in for
 	// device buffers, and the loopback fabric emulates RDMA writes in
 	// process. Both are named as such wherever they are reported.
+	// The demo holds the fabric to have it decline one read.
 	cfg.GPU.Mode, cfg.GPU.StandinDir, cfg.GPU.RDMA = "host-standin", work, "loopback"
-	d, err := daemon.Start(cfg)
+	fabric := loopback.NewFabric()
+	d, err := daemon.Start(cfg, daemon.WithFabric(fabric))
 	var se *setting.Error
 	if maddr != "" && errors.As(err, &se) && se.Name == "Metrics.Addr" {
 		cfg.Metrics.Addr = "127.0.0.1:0" // the default port is taken: any port will do
-		d, err = daemon.Start(cfg)
+		d, err = daemon.Start(cfg, daemon.WithFabric(fabric))
 	}
 	if err != nil {
 		return err
@@ -130,7 +133,7 @@ func runDemo(args []string) error {
 	if err := verifyDemo(mp, want); err != nil {
 		return err
 	}
-	if err := demoGPUReads(d, mp, work, want); err != nil {
+	if err := demoGPUReads(fabric, mp, work, want); err != nil {
 		return err
 	}
 	printCounters(d)
@@ -385,7 +388,7 @@ func humanBytes(n int64) string {
 // demoGPUReads issues GPU reads through the ioctl, as a PyTorch process
 // would, into host stand-in buffers: one carried by the loopback RDMA
 // fabric, one the fabric declines (server 501) so it falls back to HTTP.
-func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) error {
+func demoGPUReads(fabric *loopback.Fabric, mp, work string, want map[string]string) error {
 	step("GPU reads through the ioctl (no GPU needed here: host buffers stand in for device memory; RDMA is the loopback fabric, an in-process emulation)")
 	read := func(key string, decline bool) error {
 		info, err := os.Stat(filepath.Join(mp, key))
@@ -402,7 +405,7 @@ func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) err
 		}
 		defer os.Remove(filepath.Join(work, buf))
 		if decline {
-			d.DeclineNextRDMA(1)
+			fabric.SetModeFor(loopback.Decline501, 1)
 		}
 		f, err := os.Open(filepath.Join(mp, key))
 		if err != nil {

@@ -6,6 +6,9 @@ GO    ?= go
 
 BIN        := bin/s3gdsfs
 STATIC_BIN := bin/s3gdsfs-static
+# The demo is a program of its own, so that s3gdsfs links no S3 server.
+DEMO_BIN        := bin/s3gdsfs-demo
+STATIC_DEMO_BIN := bin/s3gdsfs-demo-static
 BENCH_OUT  ?= out/bench
 
 # versitygw is the real S3 server the tests and the benchmark talk to.
@@ -15,12 +18,12 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-static gpu-bundle posix-bundle preload test-preload test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
+.PHONY: all help deps bench-deps versitygw build build-demo build-static gpu-bundle posix-bundle preload test-preload test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
 help:
-	@echo "targets: deps bench-deps build build-static preload test test-preload test-race go-fuse-check go-fuse-test demo bench fmt fmt-check vet clean"
+	@echo "targets: deps bench-deps build build-demo build-static preload test test-preload test-race go-fuse-check go-fuse-test demo bench fmt fmt-check vet clean"
 	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'"
 
 # deps: what `make test` needs (versitygw, fusermount3).
@@ -43,8 +46,12 @@ versitygw:
 		GOBIN="$(GOBIN_DIR)" $(GO) install $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION); \
 	fi
 
-build:
+build: build-demo
 	$(GO) build -o $(BIN) ./cmd/s3gdsfs
+
+# build-demo: bin/s3gdsfs-demo, which make demo runs.
+build-demo:
+	$(GO) build -o $(DEMO_BIN) ./cmd/s3gdsfs-demo
 
 # preload: libs3gdsfs_cufile.so, cuFile reads of s3gdsfs files through the
 # GPU read ioctl, for LD_PRELOAD (docs/cufile-preload.md). gcc and libc only.
@@ -59,7 +66,7 @@ preload:
 test-preload: deps preload
 	$(GO) test -count=1 -v ./cufile-preload
 
-# install: the binary, the mount helper mount(8) runs for type
+# install: the binary (not the demo), the mount helper mount(8) runs for type
 # fuse.s3gdsfs, the Python client, the example systemd units and the docs
 # (docs/operations.md, "Installing"). DESTDIR stages the whole tree.
 #   PREFIX=/usr/local  BINDIR=$(PREFIX)/bin  DOCDIR=$(PREFIX)/share/doc/s3gdsfs
@@ -126,9 +133,11 @@ uninstall:
 		$(PYTHON) -m pip uninstall -y $(PIP_FLAGS) $$name; \
 	fi
 
-# A static, stripped binary to copy onto other machines.
+# Static, stripped binaries to copy onto other machines: the command, and
+# the demo to try it there.
 build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_BIN) ./cmd/s3gdsfs
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_DEMO_BIN) ./cmd/s3gdsfs-demo
 
 # gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load and versitygw,
 # and the cuFile library, in .dev/gpu, for scripts/gpu/run.sh on a GPU machine that has no Go.
@@ -210,8 +219,8 @@ go-fuse-check:
 go-fuse-test:
 	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test
 
-demo: build
-	./$(BIN) demo $(DEMO_FLAGS)
+demo: build-demo
+	./$(DEMO_BIN) $(DEMO_FLAGS)
 
 bench: bench-deps build
 	$(GO) run ./bench -bin $(BIN) -out $(BENCH_OUT) $(BENCH_FLAGS)

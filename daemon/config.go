@@ -50,9 +50,7 @@ type Config struct {
 	// credentials; 0 is one dial and one wait for a reply's headers,
 	// S3.ConnectTimeout + Read.ReadTimeout, which a failure names.
 	CheckTimeout time.Duration
-	// WrapStore, when set, decorates the S3 client (tests inject faults).
-	WrapStore func(objstore.Store) objstore.Store
-	Log       *slog.Logger
+	Log          *slog.Logger
 }
 
 // S3Config is the S3 client's configuration (objstore.Config).

@@ -45,13 +45,12 @@ type Daemon struct {
 	Metrics *metrics.Set
 	GPU     *rdmaread.Engine // nil when GPU reads are off
 	fabric  *loopback.Server // the loopback fabric's endpoint, when used
-	loop    *loopback.Fabric
 	server  *fuse.Server
 	http    *http.Server
 	addr    string
 	stop    context.CancelFunc
 	closing sync.Once
-	s3      *objstore.Minio // the endpoint's client, whose kept connections go at shutdown
+	s3      *objstore.Minio // the client it built (none when handed a store), whose kept connections go at shutdown
 
 	unmountMu sync.Mutex
 	unmounted bool // Unmount succeeded (or detached): later calls do nothing
@@ -62,38 +61,73 @@ type Daemon struct {
 // while a reply is written.
 const spliceAheadReceiveBuffer = 4 << 20
 
+// A Part is a collaborator handed to Start in place of the one it would
+// build from the Config. The command hands none; tests decorate the store
+// or drive the loopback fabric, and the demo has the fabric decline a read.
+type Part func(*parts)
+
+type parts struct {
+	store  objstore.Store
+	fabric *loopback.Fabric
+}
+
+// WithStore has the mount read from store instead of the S3 client it
+// builds from the Config (NewStore): a decorator of that client, which
+// injects faults, counts calls or slows them. The daemon meters store as
+// it meters its own client, and takes it for one that hands over raw GET
+// bodies or RDMA replies only where store itself is one.
+func WithStore(store objstore.Store) Part { return func(p *parts) { p.store = store } }
+
+// WithFabric has a mount of GPU.RDMA "loopback" use f instead of a fabric
+// of its own, so that whoever holds f can switch its modes (declines,
+// stalls) and read its counts.
+func WithFabric(f *loopback.Fabric) Part { return func(p *parts) { p.fabric = f } }
+
+// NewStore is the S3 client a mount of cfg reads through, as Start builds
+// it where WithStore hands it none.
+func NewStore(cfg Config) (*objstore.Minio, error) { return objstore.NewMinio(cfg.s3Client()) }
+
 // Start checks the endpoint, mounts, and serves metrics. Every failure is
 // reported in words a user can act on.
-func Start(cfg Config) (*Daemon, error) {
+func Start(cfg Config, with ...Part) (*Daemon, error) {
+	var given parts
+	for _, part := range with {
+		part(&given)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if given.fabric != nil && cfg.GPU.RDMA != "loopback" {
+		return nil, setting.Refuse("GPU.RDMA", cfg.GPU.RDMA, "a loopback fabric was handed in, which only RDMA loopback uses")
+	}
 	// One read setting for every GET.
 	cfg.Core.ReadLimits = cfg.Read
 	if err := checkMountpoint(cfg.Mountpoint, cfg.Log); err != nil {
 		return nil, err
 	}
-	raw, err := objstore.NewMinio(cfg.s3Client())
-	if err != nil {
-		return nil, err
+	d := &Daemon{}
+	base := given.store
+	if base == nil {
+		raw, err := NewStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.s3, base = raw, raw
 	}
-	d := &Daemon{s3: raw}
 	var core *vfs.FS
 	d.Metrics = metrics.New(
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
 		func() float64 { return float64(core.Blocks().Stats().CachedBytes) },
 	)
-	var store objstore.Store = objstore.Metered{Inner: raw, M: d.Metrics}
-	if cfg.WrapStore != nil {
-		store = cfg.WrapStore(store)
-	}
-	var spliceWhyNot string
-	if cfg.Core.Splice, spliceWhyNot, err = resolveSplice(cfg, store); err != nil {
+	store := metered(base, d.Metrics)
+	spliceOn, spliceWhyNot, err := resolveSplice(cfg, base)
+	if err != nil {
 		return nil, err
 	}
+	cfg.Core.Splice = spliceOn
 	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
 	// below 8 CPUs by default), and splicing the next reply beside this
 	// one needs a CPU beside the reader's: on 2 cores it gained nothing
@@ -120,7 +154,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	if d.GPU != nil {
-		if d.fabric, d.loop, err = enableRDMA(cfg, d.GPU, d.Metrics); err != nil {
+		if d.fabric, err = enableRDMA(cfg, d.GPU, given.fabric, d.Metrics); err != nil {
 			d.shutdown() // the engine's staging memory
 			return nil, err
 		}
@@ -178,7 +212,7 @@ func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, er
 	case !strings.HasPrefix(cfg.S3.Endpoint, "http://"):
 		whyNot = "the endpoint is not plain http (TLS bytes must be decrypted by the daemon)"
 	case !raw:
-		// A decorator (WrapStore) that hands no GET over as its socket.
+		// A store handed in (WithStore) that hands no GET over as its socket.
 		whyNot = fmt.Sprintf("the store (%T) cannot hand over GET bodies as sockets", store)
 	default:
 		if err := s3fs.SpliceUsable(); err != nil {
@@ -192,19 +226,6 @@ func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, er
 		return false, "", setting.Refuse("Splice", mode, "%s", whyNot)
 	}
 	return false, whyNot, nil
-}
-
-// LoopbackFabric is the loopback fabric, when --rdma=loopback (tests switch
-// its modes to drive every decline).
-func (d *Daemon) LoopbackFabric() *loopback.Fabric { return d.loop }
-
-// DeclineNextRDMA has the loopback fabric, when --rdma=loopback, decline
-// the next n RDMA GETs with a 501 (the demo shows a decline and its HTTP
-// fallback).
-func (d *Daemon) DeclineNextRDMA(n int) {
-	if d.loop != nil {
-		d.loop.SetModeFor(loopback.Decline501, n)
-	}
 }
 
 // MetricsAddr is the address /metrics listens on ("" when off).
@@ -232,26 +253,30 @@ func (d *Daemon) release() {
 			d.cfg.Log.Warn("closing the GPU engine", "err", err)
 		}
 	}
-	d.s3.CloseIdleConnections()
+	if d.s3 != nil {
+		d.s3.CloseIdleConnections()
+	}
 }
 
-// enableRDMA sets up the RDMA path the configuration asks for.
-func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.Server, *loopback.Fabric, error) {
+// enableRDMA sets up the RDMA path the configuration asks for; loopback
+// uses f where one was handed in (WithFabric).
+func enableRDMA(cfg Config, engine *rdmaread.Engine, f *loopback.Fabric, m *metrics.Set) (*loopback.Server, error) {
 	rc := rdmaread.RDMAConfig{DeclineIsError: cfg.GPU.DeclineIsError}
 	var fabric *loopback.Server
-	var f *loopback.Fabric
 	switch cfg.GPU.RDMA {
 	case "off":
-		return nil, nil, nil
+		return nil, nil
 	case "loopback":
-		f = loopback.NewFabric()
+		if f == nil {
+			f = loopback.NewFabric()
+		}
 		srv, err := loopback.NewServer(f, cfg.S3.Endpoint, loopback.StagerFunc(engine.Stager))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		url, err := srv.Listen()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		// Only RDMA GETs go to the fabric's endpoint; everything else goes
 		// to the store directly.
@@ -260,14 +285,14 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 		raw, err := objstore.NewMinio(s3)
 		if err != nil {
 			srv.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		rc.Minter, rc.Getter, fabric = f, objstore.Metered{Inner: raw, M: m}, srv
 		cfg.Log.Warn("RDMA is the loopback fabric: an in-process emulation of RDMA writes, not a network transport")
 	case "libs3rdma":
 		minter, err := mint.OpenLibS3RDMA(mint.LibS3RDMAConfig{Library: cfg.GPU.RDMALibrary})
 		if err != nil {
-			return nil, nil, setting.Refuse("GPU.RDMA", cfg.GPU.RDMA, "%v", err)
+			return nil, setting.Refuse("GPU.RDMA", cfg.GPU.RDMA, "%v", err)
 		}
 		rc.Minter = minter
 	}
@@ -275,9 +300,34 @@ func enableRDMA(cfg Config, engine *rdmaread.Engine, m *metrics.Set) (*loopback.
 		if fabric != nil {
 			fabric.Close()
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	return fabric, f, nil
+	return fabric, nil
+}
+
+// metered counts store's requests in m. Metered forwards raw GETs and RDMA
+// GETs whatever its inner store is, failing at the call where that cannot
+// take them; the read paths choose theirs by what the store is, so the
+// metered store is a RawGetter or an RDMAGetter only where store is.
+func metered(store objstore.Store, m *metrics.Set) objstore.Store {
+	ms := objstore.Metered{Inner: store, M: m}
+	_, raw := store.(objstore.RawGetter)
+	_, rdma := store.(objstore.RDMAGetter)
+	switch {
+	case raw && rdma:
+		return ms
+	case raw:
+		return struct {
+			objstore.Store
+			objstore.RawGetter
+		}{ms, ms}
+	case rdma:
+		return struct {
+			objstore.Store
+			objstore.RDMAGetter
+		}{ms, ms}
+	}
+	return struct{ objstore.Store }{ms}
 }
 
 // newGPU picks the CUDA layer. Without a driver the engine still exists, so

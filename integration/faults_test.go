@@ -28,8 +28,10 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 )
 
 // The settings of the fault tests, and the bound on one call they imply.
@@ -381,16 +383,16 @@ func releaseAtEnd(t *testing.T) func(*daemon.Daemon) {
 }
 
 // releasedMount is mountOf for a daemon released at the end of the test.
-func releasedMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, *daemon.Daemon) {
+func releasedMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config), parts ...mounttest.Part) (string, *daemon.Daemon) {
 	t.Helper()
 	keep := releaseAtEnd(t)
-	mp, d := mountOf(t, srv, bucket, tune)
+	mp, d := mountOf(t, srv, bucket, tune, parts...)
 	keep(d)
 	return mp, d
 }
 
 // releasedGPUMount is gpuMount for a daemon released at the end of the test.
-func releasedGPUMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, string, *daemon.Daemon) {
+func releasedGPUMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config), parts ...mounttest.Part) (string, string, *daemon.Daemon) {
 	t.Helper()
 	keep := releaseAtEnd(t)
 	// GPU reads under faults share their fetches (--gpu-share), so that
@@ -400,7 +402,7 @@ func releasedGPUMount(t *testing.T, srv *testenv.Server, bucket string, tune fun
 		if tune != nil {
 			tune(c)
 		}
-	})
+	}, parts...)
 	keep(d)
 	return mp, dir, d
 }
@@ -418,7 +420,7 @@ func startProxy(t testing.TB, upstream string, cfg faultproxy.Config) *faultprox
 
 // faultMount mounts bucket through addr (the fault proxy) with the GPU
 // stand-in, small timeouts and little memory.
-func faultMount(t *testing.T, srv *testenv.Server, bucket, endpoint string, tune func(*daemon.Config)) (string, string, *daemon.Daemon) {
+func faultMount(t *testing.T, srv *testenv.Server, bucket, endpoint string, tune func(*daemon.Config), parts ...mounttest.Part) (string, string, *daemon.Daemon) {
 	t.Helper()
 	return releasedGPUMount(t, srv, bucket, func(c *daemon.Config) {
 		if endpoint != "" {
@@ -435,7 +437,7 @@ func faultMount(t *testing.T, srv *testenv.Server, bucket, endpoint string, tune
 		if tune != nil {
 			tune(c)
 		}
-	})
+	}, parts...)
 }
 
 // Reads through a real mount, with a proxy in front of versitygw breaking a
@@ -530,15 +532,14 @@ func storeFaultMount(t *testing.T, srv *testenv.Server, seed uint64, tune func(*
 	t.Helper()
 	var faulty *faultstore.Faulty
 	mp, bufDir, d := faultMount(t, srv, "data", "", func(c *daemon.Config) {
-		c.WrapStore = func(s objstore.Store) objstore.Store {
-			faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: seed, Rate: 0.3})
-			return faulty
-		}
 		c.Read.ReadTimeout = 500 * time.Millisecond
 		if tune != nil {
 			tune(c)
 		}
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store {
+		faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: seed, Rate: 0.3})
+		return faulty
+	}))
 	return mp, bufDir, d, faulty
 }
 
@@ -703,8 +704,7 @@ func TestListingThatChangesBetweenPages(t *testing.T) {
 	}
 	mp, _ := releasedMount(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = time.Second
-		c.WrapStore = func(s objstore.Store) objstore.Store { hook.Store = s; return hook }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { hook.Store = s; return hook }))
 	entries, err := os.ReadDir(filepath.Join(mp, "many"))
 	if err != nil {
 		t.Fatal(err)
@@ -789,8 +789,7 @@ func TestObjectReplacedDuringGPUReadIsESTALE(t *testing.T) {
 	mp, dir, _ := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = 300 * time.Millisecond
 		c.GPU.PartSize = 1 << 20 // one GET per MiB, so one of them starts past the gate
-		c.WrapStore = func(s objstore.Store) objstore.Store { gate.Store = s; return gate }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { gate.Store = s; return gate }))
 	f, err := os.Open(filepath.Join(mp, "x.bin"))
 	if err != nil {
 		t.Fatal(err)
@@ -978,7 +977,8 @@ func TestLoopbackRDMAReadsUnderProxyFaults(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	objs := putFaultObjects(t, srv, "data", 3, 83)
 	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 20261203, Rate: 0.25, StallFor: time.Minute})
-	mp, bufDir, d := faultMount(t, srv, "data", proxy.URL, func(c *daemon.Config) { c.GPU.RDMA = "loopback" })
+	fabric := loopback.NewFabric()
+	mp, bufDir, d := faultMount(t, srv, "data", proxy.URL, func(c *daemon.Config) { c.GPU.RDMA = "loopback" }, mounttest.Fabric(fabric))
 	bytesBy := func() (rdma, declined float64) {
 		snap, err := d.Metrics.Snapshot()
 		if err != nil {
@@ -1004,8 +1004,8 @@ func TestLoopbackRDMAReadsUnderProxyFaults(t *testing.T) {
 	if rdma == 0 || declined == 0 {
 		t.Errorf("under faults %v bytes over RDMA and %v declined: want both", rdma, declined)
 	}
-	if fabric := d.LoopbackFabric().Stats(); fabric.Served == 0 {
-		t.Errorf("the fabric served nothing: %+v", fabric)
+	if st := fabric.Stats(); st.Served == 0 {
+		t.Errorf("the fabric served nothing: %+v", st)
 	}
 
 	proxy.SetRate(0)

@@ -19,6 +19,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -67,8 +68,7 @@ func TestGPUReadPartsFollowTheLoad(t *testing.T) {
 			log := &rangeLog{}
 			mp, dir, _ := gpuMount(t, srv, "data", func(c *daemon.Config) {
 				c.GPU.TargetStreams = tc.target
-				c.WrapStore = func(s objstore.Store) objstore.Store { log.Store = s; return log }
-			})
+			}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { log.Store = s; return log }))
 			f, err := os.Open(filepath.Join(mp, "obj"))
 			if err != nil {
 				t.Fatal(err)
@@ -136,19 +136,21 @@ func killedCallerLeavesTheRingWhole(t *testing.T, raw bool) {
 	srv.PutRandomObject(t, "data", "obj", size, 31)
 	object := testenv.RandomBytes(31, 0, size)
 	var counted *faultstore.Faulty
+	wrap := func(s objstore.Store) objstore.Store { return &slowBodies{Store: s, pause: time.Millisecond} }
+	if raw {
+		// No faults: it counts the raw GETs.
+		wrap = func(s objstore.Store) objstore.Store {
+			counted = faultstore.NewFaulty(s, faultstore.FaultConfig{})
+			return counted
+		}
+	}
 	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		if !raw {
-			c.WrapStore = func(s objstore.Store) objstore.Store { return &slowBodies{Store: s, pause: time.Millisecond} }
 			return
 		}
 		proxy := startProxy(t, srv.Endpoint, faultproxy.Config{SegmentSize: 32 << 10, SegmentGap: time.Millisecond})
 		c.S3.Endpoint = proxy.URL
-		// No faults: it counts the raw GETs.
-		c.WrapStore = func(s objstore.Store) objstore.Store {
-			counted = faultstore.NewFaulty(s, faultstore.FaultConfig{})
-			return counted
-		}
-	})
+	}, mounttest.WrapStore(wrap))
 	f, err := os.Open(filepath.Join(mp, "obj"))
 	if err != nil {
 		t.Fatal(err)

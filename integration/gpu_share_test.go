@@ -18,6 +18,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -47,8 +48,7 @@ func TestGPUEightReadersShareOneFetch(t *testing.T) {
 			want := sha256.Sum256(testenv.RandomBytes(31, 0, size))
 			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 				c.GPU.Share = share
-				c.WrapStore = func(s objstore.Store) objstore.Store { return slowStart{s} }
-			})
+			}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { return slowStart{s} }))
 			var files [8]*os.File
 			var bufs [8]string
 			for i := range 8 {
@@ -109,8 +109,7 @@ func TestGPUReadersOfTwoVersionsNeverShare(t *testing.T) {
 	srv.PutRandomObject(t, "data", "obj", size, 41)
 	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = 200 * time.Millisecond
-		c.WrapStore = func(s objstore.Store) objstore.Store { return slowStart{s} }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { return slowStart{s} }))
 	old, err := os.Open(filepath.Join(mp, "obj"))
 	if err != nil {
 		t.Fatal(err)
@@ -197,8 +196,7 @@ func TestGPUSharedFetchOutlivesAKilledFirstReader(t *testing.T) {
 	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		c.GPU.Share = true
 		c.GPU.TargetStreams = 1 // one fetch of the whole object
-		c.WrapStore = func(s objstore.Store) objstore.Store { return slowBody{s, started, &sync.Once{}} }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { return slowBody{s, started, &sync.Once{}} }))
 	leadFile, err := os.Open(filepath.Join(mp, "obj"))
 	if err != nil {
 		t.Fatal(err)
@@ -311,8 +309,7 @@ func TestGPUJoinerGetsNoBytesFromAnotherBuffer(t *testing.T) {
 	mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 		c.GPU.Share = true
 		c.GPU.TargetStreams = 1 // one fetch of the whole object
-		c.WrapStore = func(s objstore.Store) objstore.Store { return slowBody{s, started, &sync.Once{}} }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { return slowBody{s, started, &sync.Once{}} }))
 	var files [2]*os.File
 	for i := range files {
 		f, err := os.Open(filepath.Join(mp, "obj"))
@@ -404,10 +401,9 @@ func TestGPUFaultingCallerFailsAlone(t *testing.T) {
 			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 				c.GPU.Share = share
 				c.GPU.Staging.Streams = 1 // every copy on one stream
-				c.WrapStore = func(s objstore.Store) objstore.Store {
-					return slowBody{s, make(chan struct{}), &sync.Once{}}
-				}
-			})
+			}, mounttest.WrapStore(func(s objstore.Store) objstore.Store {
+				return slowBody{s, make(chan struct{}), &sync.Once{}}
+			}))
 			var files [2]*os.File
 			for i := range files {
 				f, err := os.Open(filepath.Join(mp, "obj"))

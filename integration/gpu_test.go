@@ -22,12 +22,13 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
 // gpuMount mounts bucket with the host stand-in in place of CUDA: buffers
 // are files in the returned directory (a test aid; see docs/ioctl.md).
-func gpuMount(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (mp, bufDir string, d *daemon.Daemon) {
+func gpuMount(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon.Config), parts ...mounttest.Part) (mp, bufDir string, d *daemon.Daemon) {
 	t.Helper()
 	bufDir = t.TempDir()
 	mp, d = mountOf(t, srv, bucket, func(c *daemon.Config) {
@@ -38,7 +39,7 @@ func gpuMount(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemo
 		if tune != nil {
 			tune(c)
 		}
-	})
+	}, parts...)
 	return mp, bufDir, d
 }
 

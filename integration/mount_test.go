@@ -28,8 +28,9 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
-// mountOf mounts bucket of srv in a temporary directory for the test.
-func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, *daemon.Daemon) {
+// mountOf mounts bucket of srv in a temporary directory for the test, with
+// the parts the test hands the daemon.
+func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon.Config), parts ...mounttest.Part) (string, *daemon.Daemon) {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	mp := t.TempDir()
@@ -40,7 +41,7 @@ func mountOf(t testing.TB, srv *testenv.Server, bucket string, tune func(*daemon
 	if tune != nil {
 		tune(&cfg)
 	}
-	return mp, mounttest.Start(t, cfg)
+	return mp, mounttest.Start(t, cfg, parts...)
 }
 
 func fileSHA256(t *testing.T, path string, bufSize int) string {

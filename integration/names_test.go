@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -112,8 +113,7 @@ func TestListedDirectoryAnswersWithoutRequests(t *testing.T) {
 	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = ttl
 		c.Core.NegativeTTL = 500 * time.Millisecond
-		c.WrapStore = func(s objstore.Store) objstore.Store { counts.Store = s; return counts }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { counts.Store = s; return counts }))
 	dir := filepath.Join(mp, "dir")
 	start := time.Now()
 	ls := func() int {
@@ -187,9 +187,7 @@ func TestLookupsInAnUnlistedDirectoryListItOnce(t *testing.T) {
 	}
 	srv.PutObject(t, "data", "dir/sub/inner", []byte("inner"))
 	counts := &countingStore{}
-	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
-		c.WrapStore = func(s objstore.Store) objstore.Store { counts.Store = s; return counts }
-	})
+	mp, _ := mountOf(t, srv, "data", nil, mounttest.WrapStore(func(s objstore.Store) objstore.Store { counts.Store = s; return counts }))
 	dir := filepath.Join(mp, "dir")
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
@@ -238,8 +236,7 @@ func TestLookupsInADirectoryOverTheBoundListItOncePerTTL(t *testing.T) {
 	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.Core.MetaTTL = ttl
 		c.Core.MetaEntries = 50 // the listings' bound too
-		c.WrapStore = func(s objstore.Store) objstore.Store { counts.Store = s; return counts }
-	})
+	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { counts.Store = s; return counts }))
 	dir := filepath.Join(mp, "dir")
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)

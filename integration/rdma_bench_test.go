@@ -10,7 +10,9 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 )
 
 // BenchmarkLoopbackRDMAOverhead measures what an RDMA read costs in the
@@ -27,11 +29,12 @@ func BenchmarkLoopbackRDMAOverhead(b *testing.B) {
 			srv := testenv.Start(b)
 			srv.CreateBucket(b, "data")
 			srv.PutRandomObject(b, "data", "obj", size, 5)
-			mp, dir, d := gpuMount(b, srv, "data", func(c *daemon.Config) {
+			loop := loopback.NewFabric()
+			mp, dir, _ := gpuMount(b, srv, "data", func(c *daemon.Config) {
 				c.GPU.RDMA = "loopback"
 				// One transfer per call: one stream, so no parts by load.
 				c.GPU.Streams = 1
-			})
+			}, mounttest.Fabric(loop))
 			f, err := os.Open(filepath.Join(mp, "obj"))
 			if err != nil {
 				b.Fatal(err)
@@ -42,7 +45,7 @@ func BenchmarkLoopbackRDMAOverhead(b *testing.B) {
 			if _, err := s3gds.Read(f, req); err != nil { // warm: import and registration
 				b.Fatal(err)
 			}
-			before := d.LoopbackFabric().Stats()
+			before := loop.Stats()
 			var calls time.Duration
 			b.ResetTimer()
 			for range b.N {
@@ -53,7 +56,7 @@ func BenchmarkLoopbackRDMAOverhead(b *testing.B) {
 				calls += res.Elapsed
 			}
 			b.StopTimer()
-			after := d.LoopbackFabric().Stats()
+			after := loop.Stats()
 			fabric := time.Duration(after.ServeNanos - before.ServeNanos)
 			n := float64(b.N)
 			b.ReportMetric(float64(calls.Microseconds())/n, "call-us/op")

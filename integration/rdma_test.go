@@ -14,6 +14,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
@@ -68,12 +69,13 @@ func TestLoopbackRDMAEndToEndAndEveryDecline(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.decline.String(), func(t *testing.T) {
+			fabric := loopback.NewFabric()
 			mp, dir, d := gpuMount(t, srv, "data", func(cfg *daemon.Config) {
 				cfg.GPU.RDMA = "loopback"
 				cfg.Read.ReadTimeout = 2 * time.Second
-			})
-			d.LoopbackFabric().SetMode(c.mode)
-			d.LoopbackFabric().SetStall(time.Minute)
+			}, mounttest.Fabric(fabric))
+			fabric.SetMode(c.mode)
+			fabric.SetStall(time.Minute)
 			f, err := os.Open(filepath.Join(mp, "obj"))
 			if err != nil {
 				t.Fatal(err)
@@ -130,8 +132,9 @@ func TestDeclineIsErrorFailsInsteadOfFallingBack(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	srv.PutRandomObject(t, "data", "obj", 1<<20, 42)
-	mp, dir, d := gpuMount(t, srv, "data", func(cfg *daemon.Config) { cfg.GPU.RDMA = "loopback" })
-	d.LoopbackFabric().SetMode(loopback.Decline501)
+	fabric := loopback.NewFabric()
+	mp, dir, d := gpuMount(t, srv, "data", func(cfg *daemon.Config) { cfg.GPU.RDMA = "loopback" }, mounttest.Fabric(fabric))
+	fabric.SetMode(loopback.Decline501)
 	f, err := os.Open(filepath.Join(mp, "obj"))
 	if err != nil {
 		t.Fatal(err)

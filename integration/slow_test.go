@@ -11,6 +11,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -49,12 +50,11 @@ func TestSlowStoreReadsSucceed(t *testing.T) {
 		var counted *faultstore.Faulty
 		mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
 			slow(c)
+		}, mounttest.WrapStore(func(s objstore.Store) objstore.Store {
 			// No faults: it counts the raw GETs.
-			c.WrapStore = func(s objstore.Store) objstore.Store {
-				counted = faultstore.NewFaulty(s, faultstore.FaultConfig{})
-				return counted
-			}
-		})
+			counted = faultstore.NewFaulty(s, faultstore.FaultConfig{})
+			return counted
+		}))
 		f, err := os.Open(filepath.Join(mp, "obj"))
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	s3fs "github.com/s3gdsfs/s3gdsfs/fs"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
@@ -25,7 +26,7 @@ import (
 
 // spliceMount mounts bucket with replies spliced from the socket for
 // direct-I/O opens of every size.
-func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config)) (string, *daemon.Daemon) {
+func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config), parts ...mounttest.Part) (string, *daemon.Daemon) {
 	t.Helper()
 	requireSplice(t)
 	return mountOf(t, srv, bucket, func(c *daemon.Config) {
@@ -34,7 +35,7 @@ func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*da
 		if tune != nil {
 			tune(c)
 		}
-	})
+	}, parts...)
 }
 
 // requireSplice skips the test where replies cannot be spliced: TestMain
@@ -348,15 +349,14 @@ func TestFaultyStoreStillSplicesAndItsFaultsReachTheSplice(t *testing.T) {
 		t.Run(tc.kind.String(), func(t *testing.T) {
 			var faulty *faultstore.Faulty
 			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) {
-				// The first GET, the spliced one, gets the fault.
-				c.WrapStore = func(s objstore.Store) objstore.Store {
-					faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: 5, Script: []faultstore.FaultKind{tc.kind}})
-					return faulty
-				}
 				c.S3.ResponseTimeout = time.Second
 				c.Read.ReadTimeout = faultReadTimeout
 				c.Read.Retries = faultRetries
-			})
+			}, mounttest.WrapStore(func(s objstore.Store) objstore.Store {
+				// The first GET, the spliced one, gets the fault.
+				faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Seed: 5, Script: []faultstore.FaultKind{tc.kind}})
+				return faulty
+			}))
 			f, err := os.Open(filepath.Join(mp, "big.bin"))
 			if err != nil {
 				t.Fatal(err)

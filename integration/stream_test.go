@@ -11,6 +11,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -30,13 +31,12 @@ func TestBrokenWholeObjectStreamHandsOverToRangedGETs(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			var faulty *faultstore.Faulty
 			mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
-				c.WrapStore = func(s objstore.Store) objstore.Store {
-					faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Script: []faultstore.FaultKind{kind}})
-					return faulty
-				}
 				c.Read.ReadTimeout = faultReadTimeout
 				c.Read.Retries = faultRetries
-			})
+			}, mounttest.WrapStore(func(s objstore.Store) objstore.Store {
+				faulty = faultstore.NewFaulty(s, faultstore.FaultConfig{Script: []faultstore.FaultKind{kind}})
+				return faulty
+			}))
 			f, err := os.Open(filepath.Join(mp, "seq.bin"))
 			if err != nil {
 				t.Fatal(err)

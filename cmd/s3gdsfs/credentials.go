@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
 // credentialsFromFile reads the keys of one profile of an AWS
@@ -30,7 +31,7 @@ import (
 // quote a key.
 func credentialsFromFile(path, profile string) (*daemon.Credentials, error) {
 	bad := func(format string, a ...any) error {
-		return usagef("--credentials-file %s: %s", path, fmt.Sprintf(format, a...))
+		return cli.Usagef("--credentials-file %s: %s", path, fmt.Sprintf(format, a...))
 	}
 	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
 	// writer, for ever, with the mount saying nothing. The type is checked

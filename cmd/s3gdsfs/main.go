@@ -2,7 +2,6 @@
 // sequential reads and GPU-direct reads (docs/ for the whole story).
 //
 //	s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
-//	s3gdsfs demo [--once]
 //	s3gdsfs stats PATH
 //	s3gdsfs version
 //
@@ -11,22 +10,24 @@
 // "mount.fuse.s3gdsfs SOURCE MOUNTPOINT [-sfnv] -o options" by mount(8)
 // itself (the name make install links to it), and goes to the background
 // once the mount is ready.
+//
+// The demo is a program of its own, cmd/s3gdsfs-demo, so that this one
+// links no S3 server.
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
-// exit codes: 2 for bad usage, 1 for everything that failed at run time.
 const (
-	exitFailure = 1
-	exitUsage   = 2
+	exitFailure = cli.ExitFailure
+	exitUsage   = cli.ExitUsage
 )
 
 func main() {
@@ -54,7 +55,7 @@ func run(args []string) int {
 	case "mount":
 		err = runMount(args[1:], false)
 	case "demo":
-		err = runDemo(args[1:])
+		err = cli.Usagef("the demo is a program of its own: run `make demo`, or bin/s3gdsfs-demo after `make build`")
 	case "stats":
 		err = runStats(args[1:])
 	case "version", "--version", "-version":
@@ -78,36 +79,18 @@ func run(args []string) int {
 }
 
 // exitCode reports err on stderr and returns the exit status for it.
-func exitCode(err error) int {
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(os.Stderr, "s3gdsfs: %v\n", err)
-		return exitUsage
-	}
-	fmt.Fprintf(os.Stderr, "s3gdsfs: %v\n", err)
-	return exitFailure
-}
-
-// usageError is a mistake in the command line.
-type usageError struct{ error }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+func exitCode(err error) int { return cli.ExitCode("s3gdsfs", err) }
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
-  s3gdsfs demo [--once] [--mountpoint DIR]
   s3gdsfs stats PATH        (capabilities and counters of a mount, or of a file on it)
   s3gdsfs version
   s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab;
                                                mount(8) runs it as /sbin/mount.fuse.s3gdsfs)
 
 's3gdsfs mount --help' lists the flags; README.md and docs/operations.md explain them.
+The demo is a program of its own: make demo (bin/s3gdsfs-demo).
 `)
 }
 

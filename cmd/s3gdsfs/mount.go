@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,7 +14,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
-	"github.com/s3gdsfs/s3gdsfs/vfs"
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
 // helperFlags are the flags mount(8) gives a mount helper besides -o:
@@ -45,14 +44,14 @@ func takeHelperFlags(args []string) ([]string, helperFlags, error) {
 		case "-n", "-v":
 		case "-t":
 			if i+1 >= len(args) {
-				return nil, h, usagef("-t needs the filesystem type after it (fuse.s3gdsfs)")
+				return nil, h, cli.Usagef("-t needs the filesystem type after it (fuse.s3gdsfs)")
 			}
 			i++
 			if t := args[i]; t != "fuse.s3gdsfs" && t != "s3gdsfs" && t != "fuse" {
-				return nil, h, usagef("-t %s: this helper mounts type fuse.s3gdsfs", t)
+				return nil, h, cli.Usagef("-t %s: this helper mounts type fuse.s3gdsfs", t)
 			}
 		case "-N":
-			return nil, h, usagef("-N (mount --namespace) is not supported; run the mount inside the namespace")
+			return nil, h, cli.Usagef("-N (mount --namespace) is not supported; run the mount inside the namespace")
 		default:
 			rest = append(rest, a)
 		}
@@ -109,17 +108,17 @@ func parseMountCommand(args []string, helperForm bool) (mountFlags, []string, he
 // a refused setting is named by its flag.
 func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config, error) {
 	if mf.S3.Endpoint == "" {
-		return daemon.Config{}, usagef("--endpoint is required (or set AWS_ENDPOINT_URL)")
+		return daemon.Config{}, cli.Usagef("--endpoint is required (or set AWS_ENDPOINT_URL)")
 	}
 	bucket, prefix, _ := strings.Cut(mf.bucket, "/")
 	if mf.bucket != "" && bucket == "" {
-		return daemon.Config{}, usagef("--bucket %q: starts with '/'; write NAME or NAME/PREFIX", mf.bucket)
+		return daemon.Config{}, cli.Usagef("--bucket %q: starts with '/'; write NAME or NAME/PREFIX", mf.bucket)
 	}
 	if strings.Contains(prefix, "//") {
-		return daemon.Config{}, usagef("--bucket %q: the prefix has an empty segment", mf.bucket)
+		return daemon.Config{}, cli.Usagef("--bucket %q: the prefix has an empty segment", mf.bucket)
 	}
 	if p := mf.FS.PollRequests; p > daemon.MaxPollRequests {
-		return daemon.Config{}, usagef("--fuse-poll %s: from 0 (none) to %s", formatDuration(p), formatDuration(daemon.MaxPollRequests))
+		return daemon.Config{}, cli.Usagef("--fuse-poll %s: from 0 (none) to %s", formatDuration(p), formatDuration(daemon.MaxPollRequests))
 	}
 	cfg := mf.Config
 	cfg.Mountpoint = mountpoint
@@ -151,26 +150,6 @@ func (f policyFlag) on(endpoint string) bool {
 	return daemon.NearEndpoint(endpoint)
 }
 
-func newLogger(level, file string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
-	}
-	var w io.Writer = os.Stderr
-	if file != "" {
-		f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("--log-file: %w", err)
-		}
-		w = f
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), nil
-}
-
-// pipeRaisedEnv carries fs.pipe-max-size as it was into the process that
-// raised it and started again.
-const pipeRaisedEnv = "S3GDSFS_PIPE_MAX_SIZE_WAS"
-
 // raisePipeLimit lets --splice work where the kernel's pipes are too small
 // for a spliced reply: as root it raises fs.pipe-max-size (docs/operations.md)
 // and, in the foreground, runs the command again in this process, since
@@ -181,34 +160,7 @@ func raisePipeLimit(mf *mountFlags, log *slog.Logger) error {
 	if mf.Splice == "never" || !mf.stream.on(mf.S3.Endpoint) || !strings.HasPrefix(mf.S3.Endpoint, "http://") {
 		return nil // nothing to splice: leave the limit alone
 	}
-	return raisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "")
-}
-
-// raisePipeLimitAndRestart raises fs.pipe-max-size where it is too small
-// for splicing and this process may (root), and then runs the command
-// again in this process, unless a child will be started anyway. The
-// process that starts again logs what the limit was.
-func raisePipeLimitAndRestart(log *slog.Logger, childFollows bool) error {
-	if was := os.Getenv(pipeRaisedEnv); was != "" {
-		log.Info("raised fs.pipe-max-size so that pipes hold a spliced reply (--splice=never leaves it)", "was", was, "now", vfs.WantPipeMaxSize)
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	was, err := daemon.RaisePipeLimit()
-	if err != nil || was == "" {
-		return nil // the mount says why it does not splice
-	}
-	os.Setenv(pipeRaisedEnv, was)
-	if childFollows {
-		return nil
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("starting again after raising fs.pipe-max-size: %w", err)
-	}
-	return syscall.Exec(exe, os.Args, os.Environ())
+	return cli.RaisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "")
 }
 
 // readyFDEnv names the pipe on which a background child says it mounted.
@@ -228,12 +180,12 @@ func runMount(args []string, helperForm bool) error {
 	}
 	if len(positional) != 1 {
 		if helperForm {
-			return usagef("want SOURCE MOUNTPOINT -o OPTIONS, got %d arguments besides the options: %q", len(positional)+1, append([]string{"SOURCE"}, positional...))
+			return cli.Usagef("want SOURCE MOUNTPOINT -o OPTIONS, got %d arguments besides the options: %q", len(positional)+1, append([]string{"SOURCE"}, positional...))
 		}
-		return usagef("want exactly one MOUNTPOINT after the flags, got %d arguments: %q", len(positional), positional)
+		return cli.Usagef("want exactly one MOUNTPOINT after the flags, got %d arguments: %q", len(positional), positional)
 	}
 	mountpoint := positional[0]
-	log, err := newLogger(mf.logLevel, mf.logFile)
+	log, err := cli.NewLogger(mf.logLevel, mf.logFile)
 	if err != nil {
 		return err
 	}

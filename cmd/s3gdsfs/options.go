@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 	"github.com/s3gdsfs/s3gdsfs/internal/setting"
 )
 
@@ -131,24 +132,24 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "negative-ttl", group: groupFiles, arg: "DURATION", value: (*durationValue)(&c.Core.NegativeTTL),
 			help: "how long a missing name is cached; `0`: not cached"},
 
-		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.MemoryLimit),
+		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.MemoryLimit),
 			help: "all block memory: prefetch buffers and cache"},
-		{name: "cache-size", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.CacheSize),
-			def:  "`" + formatSize(c.Core.CacheSize) + "`, half of `--memory-limit`",
+		{name: "cache-size", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.CacheSize),
+			def:  "`" + cli.FormatSize(c.Core.CacheSize) + "`, half of `--memory-limit`",
 			help: "block cache (blocks already read), part of `--memory-limit`; not given, half of it; `0`: none"},
 		{name: "block-size", group: groupMemory, arg: "SIZE", value: (*intSize)(&c.Core.BlockSize), advanced: true,
 			help: "unit of caching and of random reads"},
-		{name: "part-size", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.PartSize), advanced: true,
+		{name: "part-size", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.PartSize), advanced: true,
 			help: "bytes per ranged GET of a sequential reader"},
-		{name: "initial-window", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.InitialWindow), advanced: true,
+		{name: "initial-window", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.InitialWindow), advanced: true,
 			help: "first prefetch window of a sequential reader; it doubles up to `--max-window`"},
-		{name: "max-window", group: groupMemory, arg: "SIZE", value: (*sizeFlag)(&c.Core.MaxWindow), advanced: true,
+		{name: "max-window", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.MaxWindow), advanced: true,
 			help: "largest prefetch window per open file"},
 
 		{name: "stream", group: groupStream, arg: "WHEN", value: &mf.stream, bare: "always", fields: []string{"Core.NoStream"},
 			help: "one GET of the whole object feeds a reader that starts at an object's beginning: `auto` when the endpoint is on this host or a private network, " +
 				"`always` (the flag alone) or `never` (ranged GETs only)"},
-		{name: "stream-min-rate", group: groupStream, arg: "SIZE", value: (*sizeFlag)(&c.Core.StreamMinRate), advanced: true,
+		{name: "stream-min-rate", group: groupStream, arg: "SIZE", value: (*cli.Size)(&c.Core.StreamMinRate), advanced: true,
 			help: "bytes per second a stream must deliver while it is read, or ranged GETs take over; `0`: never"},
 		{name: "stream-idle", group: groupStream, arg: "DURATION", value: (*durationValue)(&c.Core.StreamIdle), advanced: true,
 			help: "close a stream that had nothing to read this long"},
@@ -157,9 +158,9 @@ func mountOptions(mf *mountFlags) []option {
 
 		{name: "direct-io", group: groupKernel, arg: "WHEN", value: (*directIOFlag)(&c.Core.DirectIO), bare: "always",
 			help: "page cache policy: `auto` (objects of at least `--direct-io-min-size` bypass the page cache, smaller ones use it), `always` (the flag alone) or `never`"},
-		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: (*sizeFlag)(&c.Core.DirectIOMinSize), advanced: true,
+		{name: "direct-io-min-size", group: groupKernel, arg: "SIZE", value: (*cli.Size)(&c.Core.DirectIOMinSize), advanced: true,
 			help: "the smallest object `--direct-io=auto` reads with direct I/O"},
-		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: (*sizeFlag)(&c.ReadAhead), advanced: true,
+		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: (*cli.Size)(&c.ReadAhead), advanced: true,
 			help: "kernel readahead for the mount (`0` keeps the kernel's 128KiB; needs root)"},
 		{name: "fuse-poll", group: groupKernel, arg: "DURATION", value: (*durationValue)(&c.FS.PollRequests), def: "`1ms` with 8 CPUs or more, else `0`", why: benchmarksDoc, advanced: true,
 			help: "how long a thread that has just replied polls `/dev/fuse` for the next request before it sleeps, at most " +
@@ -186,11 +187,11 @@ func mountOptions(mf *mountFlags) []option {
 			help: "most parallel ranged GETs of one GPU read"},
 		{name: "gpu-target-streams", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.TargetStreams), advanced: true,
 			help: "GETs in flight the GPU reads aim for together: each read takes its share, from one GET of its whole range to `--gpu-streams` ranges", why: benchmarksDoc},
-		{name: "gpu-part-size", group: groupGPU, arg: "SIZE", value: (*sizeFlag)(&c.GPU.PartSize), def: "`0` (parts sized by load)", advanced: true,
+		{name: "gpu-part-size", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.PartSize), def: "`0` (parts sized by load)", advanced: true,
 			help: "largest range of one GET of a GPU read (0 or at least 1MiB), streamed through the staging slots"},
 		{name: "gpu-max-ops", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.MaxOps), advanced: true,
 			help: "server operations of GPU reads in flight, across all callers"},
-		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: (*sizeFlag)(&c.GPU.MaxBytes), advanced: true,
+		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.MaxBytes), advanced: true,
 			help: "bytes of GPU reads in flight, across all callers"},
 		{name: "gpu-raw-gets", group: groupGPU, value: (*notBool)(&c.GPU.ClientGets), bare: "true", advanced: true,
 			help: "read GPU reads' GET bodies on connections of their own, many bytes per wake-up, where the endpoint is plain HTTP and no proxy is set; `false`: through the HTTP client", why: benchmarksDoc},
@@ -204,7 +205,7 @@ func mountOptions(mf *mountFlags) []option {
 			help: "RDMA for GPU reads: `off`, `loopback` (an in-process emulation for tests and the demo, never a network) or `libs3rdma`"},
 		{name: "rdma-lib", group: groupGPU, arg: "FILE", value: (*stringValue)(&c.GPU.RDMALibrary), def: "the library search path",
 			help: "path of `libs3rdma.so`"},
-		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: (*sizeFlag)(&c.GPU.RDMAChunk), advanced: true,
+		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.RDMAChunk), advanced: true,
 			help: "largest single RDMA transfer (1MiB to 1GiB); a GPU read is cut into transfers as into HTTP parts, by its share of `--gpu-target-streams`, none larger than this"},
 		{name: "rdma-decline-is-error", group: groupGPU, value: (*boolValue)(&c.GPU.DeclineIsError), bare: "true", advanced: true,
 			help: "fail a GPU read whose RDMA transfer is declined (ECANCELED) instead of reading it over HTTP"},
@@ -335,7 +336,7 @@ func named(err error, usage bool) error {
 		text = fmt.Sprintf("--%s %s: %s", name, quoteIfNeeded(se.Value), se.Why)
 	}
 	if usage {
-		return usagef("%s", text)
+		return cli.Usagef("%s", text)
 	}
 	return errors.New(text)
 }
@@ -363,7 +364,7 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 			return append(positional, args[i+1:]...), lists, nil
 		case a == "-o":
 			if i+1 >= len(args) {
-				return nil, nil, usagef("-o needs key=value,... after it")
+				return nil, nil, cli.Usagef("-o needs key=value,... after it")
 			}
 			i++
 			lists = append(lists, args[i])
@@ -389,7 +390,7 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 		}
 		o := s.flags[name]
 		if o == nil {
-			return nil, nil, usagef("unknown flag %s ('s3gdsfs mount --help' lists them)", a)
+			return nil, nil, cli.Usagef("unknown flag %s ('s3gdsfs mount --help' lists them)", a)
 		}
 		if !hasValue {
 			switch {
@@ -403,11 +404,11 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 				i++
 				value = args[i]
 			default:
-				return nil, nil, usagef("--%s needs a value: --%s=%s or --%s %s", o.name, o.name, o.arg, o.name, o.arg)
+				return nil, nil, cli.Usagef("--%s needs a value: --%s=%s or --%s %s", o.name, o.name, o.arg, o.name, o.arg)
 			}
 		}
 		if err := o.value.Set(value); err != nil {
-			return nil, nil, usagef("--%s %s: %v", o.name, quoteIfNeeded(value), err)
+			return nil, nil, cli.Usagef("--%s %s: %v", o.name, quoteIfNeeded(value), err)
 		}
 		s.given[o.name] = true
 	}
@@ -421,7 +422,7 @@ func (s *optionSet) parse(args []string, out io.Writer) (positional, lists []str
 func (s *optionSet) settle() error {
 	mf := s.mf
 	if s.given["profile"] && mf.credentialsFile == "" {
-		return usagef("--profile %s: only with --credentials-file (the standard chain takes the profile from $AWS_PROFILE)", mf.profile)
+		return cli.Usagef("--profile %s: only with --credentials-file (the standard chain takes the profile from $AWS_PROFILE)", mf.profile)
 	}
 	if !s.given["cache-size"] {
 		if s.given["memory-limit"] {
@@ -430,12 +431,12 @@ func (s *optionSet) settle() error {
 		return nil
 	}
 	if mf.Core.CacheSize > mf.Core.MemoryLimit {
-		limit := "--memory-limit " + formatSize(mf.Core.MemoryLimit)
+		limit := "--memory-limit " + cli.FormatSize(mf.Core.MemoryLimit)
 		if !s.given["memory-limit"] {
 			limit += " (its default)"
 		}
-		return usagef("--cache-size %s is larger than %s: the cache is part of the memory limit; lower --cache-size or raise --memory-limit",
-			formatSize(mf.Core.CacheSize), limit)
+		return cli.Usagef("--cache-size %s is larger than %s: the cache is part of the memory limit; lower --cache-size or raise --memory-limit",
+			cli.FormatSize(mf.Core.CacheSize), limit)
 	}
 	return nil
 }
@@ -478,7 +479,7 @@ func splitOptions(list string) ([]string, error) {
 		}
 	}
 	if quoted {
-		return nil, usagef("-o: a double quote is not closed")
+		return nil, cli.Usagef("-o: a double quote is not closed")
 	}
 	return append(opts, list[start:]), nil
 }
@@ -513,16 +514,16 @@ func (s *optionSet) applyList(list string) error {
 			continue
 		}
 		if o == nil {
-			return usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", key)
+			return cli.Usagef("-o %s: unknown option (options are the mount flags without dashes, e.g. -o endpoint=https://s3.example.com,bucket=data)", key)
 		}
 		if !hasValue {
 			if o.bare == "" {
-				return usagef("-o %s: needs a value (%s=%s)", key, key, o.arg)
+				return cli.Usagef("-o %s: needs a value (%s=%s)", key, key, o.arg)
 			}
 			value = o.bare
 		}
 		if err := o.value.Set(value); err != nil {
-			return usagef("-o %s=%s: %v", key, value, err)
+			return cli.Usagef("-o %s=%s: %v", key, value, err)
 		}
 		s.given[o.name] = true
 	}
@@ -677,10 +678,10 @@ func formatDuration(d time.Duration) string {
 // intSize is a size held in an int field (BlockSize, a slot's size).
 type intSize int
 
-func (v *intSize) String() string { return formatSize(int64(*v)) }
+func (v *intSize) String() string { return cli.FormatSize(int64(*v)) }
 
 func (v *intSize) Set(s string) error {
-	var n sizeFlag
+	var n cli.Size
 	if err := n.Set(s); err != nil {
 		return err
 	}

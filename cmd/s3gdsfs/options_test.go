@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
@@ -32,7 +33,7 @@ func sample(t *testing.T, o *option) (good, bad string) {
 		return "7", "bogus-value"
 	case *durationValue:
 		return "7s", "bogus-value"
-	case *sizeFlag, *intSize:
+	case *cli.Size, *intSize:
 		return "3MiB", "bogus-value"
 	case *modeFlag:
 		return "0640", "bogus-value"

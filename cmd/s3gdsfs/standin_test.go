@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
 // The host stand-in with --allow-other lets any user of the host have the
@@ -20,7 +22,7 @@ func TestHostStandinWithAllowOtherNeedsItsOwnFlag(t *testing.T) {
 	}
 	for _, args := range refused {
 		err := configOf(args)
-		var ue usageError
+		var ue cli.UsageError
 		if err == nil || !errors.As(err, &ue) {
 			t.Errorf("%q: %v; want a usage error", args, err)
 			continue

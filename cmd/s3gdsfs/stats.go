@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
 // runStats prints what a mount says about itself: its capabilities and
@@ -19,10 +20,10 @@ func runStats(args []string) error {
 		if err == flag.ErrHelp {
 			return err
 		}
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if fset.NArg() != 1 {
-		return usagef("usage: s3gdsfs stats PATH (a mount point or a file under it)")
+		return cli.Usagef("usage: s3gdsfs stats PATH (a mount point or a file under it)")
 	}
 	path := fset.Arg(0)
 	out := map[string]json.RawMessage{}

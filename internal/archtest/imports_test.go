@@ -24,18 +24,35 @@ var rules = []rule{
 	{
 		dir: "cmd/s3gdsfs",
 		allowed: map[string]string{
-			"/daemon":                           "starts and stops a mount; its Config and defaults are the flags' terms",
-			"/vfs":                              "the core's settings (Core), their defaults and the direct-I/O policy the options name",
-			"/internal/setting":                 "a setting the configuration refused, named by its flag",
-			"/abi":                              "the extended attributes `stats` prints and the ioctl request the demo issues",
+			"/daemon":           "starts and stops a mount; its Config and defaults are the flags' terms",
+			"/vfs":              "the core's settings (Core), their defaults and the direct-I/O policy the options name",
+			"/internal/setting": "a setting the configuration refused, named by its flag",
+			"/internal/cli":     "usage errors, exit codes, the logger, size flags and the pipe limit, as the demo has them",
+			"/abi":              "the extended attributes `stats` prints",
+		},
+		testsOnly: map[string]string{
+			"/metrics":          "a core made from the command's configuration needs a counter set",
+			"/internal/testenv": "a real S3 server and the FUSE checks",
+			"/client/go/s3gds":  "GPU reads through a mount the command started",
+		},
+	},
+	{
+		// The demo is a program of its own: its S3 server and uploads are
+		// linked into it, never into the command.
+		dir: "cmd/s3gdsfs-demo",
+		allowed: map[string]string{
+			"/daemon":                           "starts and stops the demo's mount",
+			"/rdmaread/loopback":                "the loopback fabric the demo holds, to have it decline one read",
+			"/internal/setting":                 "a metrics address refused because its port is taken",
+			"/internal/cli":                     "usage errors, exit codes, the logger, size flags and the pipe limit, as the command has them",
+			"/abi":                              "the ioctl request of the demo's GPU reads",
 			"/client/go/s3gds":                  "the demo's GPU reads, made as a user's program makes them",
 			"github.com/johannesboyne/gofakes3": "the demo's in-process S3 server",
 			"github.com/johannesboyne/gofakes3/backend/s3afero": "the demo's in-process S3 server",
 			"github.com/minio/minio-go/v7":                      "the demo uploads its objects as any S3 client would",
 		},
 		testsOnly: map[string]string{
-			"/metrics":          "a core made from the command's configuration needs a counter set",
-			"/internal/testenv": "a real S3 server and the FUSE checks",
+			"/internal/testenv": "the FUSE checks",
 		},
 	},
 	{
@@ -55,9 +72,9 @@ var rules = []rule{
 	},
 }
 
-// TestRoomsImportOnlyWhatTheyMay fails when the command or the FUSE
-// adapter imports a package outside its allowed set: a new import either
-// goes through daemon or vfs, or is added here with its reason.
+// TestRoomsImportOnlyWhatTheyMay fails when the command, the demo or the
+// FUSE adapter imports a package outside its allowed set: a new import
+// either goes through daemon or vfs, or is added here with its reason.
 func TestRoomsImportOnlyWhatTheyMay(t *testing.T) {
 	root, module := moduleRoot(t)
 	for _, r := range rules {

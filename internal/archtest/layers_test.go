@@ -33,8 +33,10 @@ var layers = [][]string{
 	{"fs"},
 	// The wiring of one mount.
 	{"daemon"},
-	// What runs a mount: the command, the test mount, the benchmark.
-	{"cmd/s3gdsfs", "internal/mounttest", "bench"},
+	// What the command and the demo do alike over it.
+	{"internal/cli"},
+	// What runs a mount: the command, the demo, the test mount, the benchmark.
+	{"cmd/s3gdsfs", "cmd/s3gdsfs-demo", "internal/mounttest", "bench"},
 }
 
 // TestEveryPackageImportsOnlyLowerLayers fails when a package of the

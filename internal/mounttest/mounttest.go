@@ -1,6 +1,7 @@
 // Package mounttest mounts a real s3gdsfs daemon for tests outside the
 // daemon's own packages: the bucket of a test server, the daemon's log in
-// the test's, GPU reads on the host stand-in where asked.
+// the test's, GPU reads on the host stand-in where asked, and the parts a
+// test hands the daemon (a decorated store, a loopback fabric it drives).
 package mounttest
 
 import (
@@ -10,6 +11,8 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 )
 
 // Config is a mount of bucket of srv at mp with the defaults
@@ -28,10 +31,38 @@ func Config(t testing.TB, srv *testenv.Server, bucket, mp string) daemon.Config 
 	return cfg
 }
 
-// Start mounts cfg; it is unmounted when the test ends.
-func Start(t testing.TB, cfg daemon.Config) *daemon.Daemon {
+// A Part is a collaborator a test hands the daemon in place of the one the
+// daemon would build, made once the mount's Config is final.
+type Part func(t testing.TB, cfg daemon.Config) daemon.Part
+
+// WrapStore hands the daemon the S3 client it would build for the mount
+// (daemon.NewStore), decorated by wrap: faults, counts, delays. The daemon
+// meters what wrap returns.
+func WrapStore(wrap func(objstore.Store) objstore.Store) Part {
+	return func(t testing.TB, cfg daemon.Config) daemon.Part {
+		client, err := daemon.NewStore(cfg)
+		if err != nil {
+			t.Fatalf("S3 client: %v", err)
+		}
+		t.Cleanup(client.CloseIdleConnections) // after the unmount, registered later
+		return daemon.WithStore(wrap(client))
+	}
+}
+
+// Fabric hands a mount of GPU.RDMA "loopback" f as its fabric, for the
+// test to switch its modes and read its counts.
+func Fabric(f *loopback.Fabric) Part {
+	return func(testing.TB, daemon.Config) daemon.Part { return daemon.WithFabric(f) }
+}
+
+// Start mounts cfg with parts; it is unmounted when the test ends.
+func Start(t testing.TB, cfg daemon.Config, parts ...Part) *daemon.Daemon {
 	t.Helper()
-	d, err := daemon.Start(cfg)
+	with := make([]daemon.Part, 0, len(parts))
+	for _, p := range parts {
+		with = append(with, p(t, cfg))
+	}
+	d, err := daemon.Start(cfg, with...)
 	if err != nil {
 		t.Fatalf("mount: %v", err)
 	}

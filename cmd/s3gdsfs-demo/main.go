@@ -1,3 +1,14 @@
+// Command s3gdsfs-demo shows s3gdsfs end to end on one machine with
+// nothing but the build: an S3 server of its own on loopback (gofakes3,
+// files in a temporary directory) filled with a generated dataset, a
+// mount of it, every file read back and checked, GPU reads through the
+// ioctl (host memory stands in for device buffers, RDMA is the in-process
+// loopback fabric), and the daemon's counters.
+//
+//	s3gdsfs-demo [--once] [--mountpoint DIR] [--big-size SIZE] [--metrics-addr ADDR] [--log-level LEVEL]
+//
+// It is a program of its own so that s3gdsfs, the command, links no S3
+// server. `make demo` builds and runs it.
 package main
 
 import (
@@ -29,7 +40,9 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 	"github.com/s3gdsfs/s3gdsfs/internal/setting"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread/loopback"
 )
 
 // The demo's credentials only guard an endpoint on loopback that lives as
@@ -40,11 +53,15 @@ const (
 	demoBucket = "demo"
 )
 
-func runDemo(args []string) error {
-	fset := flag.NewFlagSet("demo", flag.ContinueOnError)
+func main() {
+	os.Exit(cli.ExitCode("s3gdsfs-demo", run(os.Args[1:])))
+}
+
+func run(args []string) error {
+	fset := flag.NewFlagSet("s3gdsfs-demo", flag.ContinueOnError)
 	once := fset.Bool("once", false, "exit after the checks instead of staying mounted")
 	mountpoint := fset.String("mountpoint", "", "where to mount (default: a new temporary directory)")
-	bigSize := sizeFlag(256 << 20)
+	bigSize := cli.Size(256 << 20)
 	// Objects go up in one PUT (see fillDemoBucket), so S3's 5 GiB limit holds.
 	fset.Var(&bigSize, "big-size", "size of the large sample file")
 	metricsAddr := fset.String("metrics-addr", daemon.DefaultMetricsAddr, "listen address of /metrics ('off' disables it)")
@@ -53,19 +70,19 @@ func runDemo(args []string) error {
 		if err == flag.ErrHelp {
 			return err
 		}
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if fset.NArg() > 0 {
-		return usagef("demo takes no arguments, got %q", fset.Args())
+		return cli.Usagef("s3gdsfs-demo takes no arguments, got %q", fset.Args())
 	}
 	if bigSize < 1 || bigSize > 5<<30 {
-		return usagef("--big-size %s: between 1 byte and 5GiB", bigSize.String())
+		return cli.Usagef("--big-size %s: between 1 byte and 5GiB", bigSize.String())
 	}
-	log, err := newLogger(*logLevel, "")
+	log, err := cli.NewLogger(*logLevel, "")
 	if err != nil {
 		return err
 	}
-	if err := raisePipeLimitAndRestart(log, false); err != nil {
+	if err := cli.RaisePipeLimitAndRestart(log, false); err != nil {
 		return err
 	}
 
@@ -108,12 +125,14 @@ func runDemo(args []string) error {
 	// GPU reads in the demo run anywhere: host memory files stand in for
 	// device buffers, and the loopback fabric emulates RDMA writes in
 	// process. Both are named as such wherever they are reported.
+	// The demo holds the fabric to have it decline one read.
 	cfg.GPU.Mode, cfg.GPU.StandinDir, cfg.GPU.RDMA = "host-standin", work, "loopback"
-	d, err := daemon.Start(cfg)
+	fabric := loopback.NewFabric()
+	d, err := daemon.Start(cfg, daemon.WithFabric(fabric))
 	var se *setting.Error
 	if maddr != "" && errors.As(err, &se) && se.Name == "Metrics.Addr" {
 		cfg.Metrics.Addr = "127.0.0.1:0" // the default port is taken: any port will do
-		d, err = daemon.Start(cfg)
+		d, err = daemon.Start(cfg, daemon.WithFabric(fabric))
 	}
 	if err != nil {
 		return err
@@ -130,7 +149,7 @@ func runDemo(args []string) error {
 	if err := verifyDemo(mp, want); err != nil {
 		return err
 	}
-	if err := demoGPUReads(d, mp, work, want); err != nil {
+	if err := demoGPUReads(fabric, mp, work, want); err != nil {
 		return err
 	}
 	printCounters(d)
@@ -385,7 +404,7 @@ func humanBytes(n int64) string {
 // demoGPUReads issues GPU reads through the ioctl, as a PyTorch process
 // would, into host stand-in buffers: one carried by the loopback RDMA
 // fabric, one the fabric declines (server 501) so it falls back to HTTP.
-func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) error {
+func demoGPUReads(fabric *loopback.Fabric, mp, work string, want map[string]string) error {
 	step("GPU reads through the ioctl (no GPU needed here: host buffers stand in for device memory; RDMA is the loopback fabric, an in-process emulation)")
 	read := func(key string, decline bool) error {
 		info, err := os.Stat(filepath.Join(mp, key))
@@ -402,7 +421,7 @@ func demoGPUReads(d *daemon.Daemon, mp, work string, want map[string]string) err
 		}
 		defer os.Remove(filepath.Join(work, buf))
 		if decline {
-			d.DeclineNextRDMA(1)
+			fabric.SetModeFor(loopback.Decline501, 1)
 		}
 		f, err := os.Open(filepath.Join(mp, key))
 		if err != nil {

@@ -211,7 +211,13 @@ func TestFusePollStreamWakesNoSleeper(t *testing.T) {
 	// returns, which can come after the reader woken by it has run on the
 	// daemon thread's CPU (up to one more read's time), so the sum is
 	// bounded by twice the reads' time, not once.
+	// A reply is counted once its write returns, which can be after dd has
+	// its bytes and exits: wait a moment for the last ones.
 	replies := metricAt(t, d, "fuse_read_replies_total", "") - replies0
+	for deadline := time.Now().Add(2 * time.Second); replies < reads && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		replies = metricAt(t, d, "fuse_read_replies_total", "") - replies0
+	}
 	replyTime := time.Duration((metricAt(t, d, "fuse_read_reply_seconds_total", "") - replySecs0) * 1e9)
 	t.Logf("%v READ replies, %v from request to reply in all, dd %v", replies, replyTime, wall)
 	if replies != reads || replyTime <= 0 || replyTime > 2*wall {

@@ -75,6 +75,9 @@ type GPUConfig struct {
 	// use (FS.AllowOther): each of them may then have the daemon write
 	// files of their own under StandinDir.
 	StandinAllowOther bool
+	// Prepare readies CUDA and each device's staging at start, in the
+	// background, so that the first GPU read does not pay for them.
+	Prepare bool
 	// RDMA is "off", "loopback" (an in-process emulation of RDMA writes,
 	// reported as fabric "loopback", for tests and the demo) or
 	// "libs3rdma" (tokens minted by the library at RDMALibrary).
@@ -120,6 +123,7 @@ func Default() Config {
 			Mode:       "auto",
 			StandinDir: hoststandin.DefaultDir,
 			RDMA:       "off",
+			Prepare:    true,
 			Config:     rdmaread.DefaultConfig(),
 		},
 		Splice: "auto",

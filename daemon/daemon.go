@@ -182,6 +182,18 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		d.shutdown()
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
+	if d.GPU != nil && cfg.GPU.Prepare {
+		// In the background: the mount serves POSIX reads meanwhile, and a
+		// GPU read that comes first waits only for what it needs.
+		go func(engine *rdmaread.Engine) {
+			start := time.Now()
+			if err := engine.Prepare(bg); err != nil {
+				cfg.Log.Info("GPU reads not prepared ahead", "reason", err)
+				return
+			}
+			cfg.Log.Info("GPU reads prepared", "seconds", time.Since(start).Seconds())
+		}(d.GPU)
+	}
 	if cfg.ReadAhead > 0 {
 		if err := setReadAhead(cfg.Mountpoint, cfg.ReadAhead); err != nil {
 			cfg.Log.Info("kernel readahead left at its default", "err", err)

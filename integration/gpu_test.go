@@ -548,3 +548,49 @@ print(json.dumps({"nbytes": r.nbytes, "transport": r.transport, "decline": r.dec
 		t.Fatalf("python client said\n%s\nwant\n%s", out, want)
 	}
 }
+
+// A daemon that sees a GPU readies it at start, in the background: the
+// staging ring's first chunk is there before any GPU read, the mount's
+// first POSIX read is served meanwhile, and a first GPU read finds it.
+// With GPU.Prepare off nothing is pinned until the first GPU read.
+func TestGPUPreparedAtStart(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 3<<20 + 5
+	srv.PutRandomObject(t, "data", "obj", size, 61)
+	want := sha256.Sum256(testenv.RandomBytes(61, 0, size))
+	for _, prepare := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prepare=%v", prepare), func(t *testing.T) {
+			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) { c.GPU.Prepare = prepare })
+			got, err := os.ReadFile(filepath.Join(mp, "obj"))
+			if err != nil || sha256.Sum256(got) != want {
+				t.Fatalf("POSIX read: %d bytes, %v; want the object", len(got), err)
+			}
+			pinned := func() float64 { return metricAt(t, d, "gpu_staging_pinned_bytes", "") }
+			if prepare {
+				waitUntil(t, "the staging ring pinned before any GPU read", func() bool { return pinned() > 0 })
+			} else {
+				time.Sleep(200 * time.Millisecond)
+				if p := pinned(); p != 0 {
+					t.Fatalf("%v bytes pinned with GPU.Prepare off before any GPU read", p)
+				}
+			}
+			buf := hostBuffer(t, dir, "dst", size, 0)
+			f, err := os.Open(filepath.Join(mp, "obj"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if res, err := s3gds.Read(f, hostRequest(buf, 0, size, 0)); err != nil || res.Bytes != size {
+				t.Fatalf("GPU read: %+v %v", res, err)
+			}
+			landed, err := os.ReadFile(filepath.Join(dir, buf))
+			if err != nil || sha256.Sum256(landed) != want {
+				t.Fatalf("GPU read landed bytes that differ from the object (%v)", err)
+			}
+			if pinned() <= 0 {
+				t.Fatal("nothing pinned after a GPU read")
+			}
+		})
+	}
+}

@@ -267,6 +267,27 @@ func (e *Engine) stager(device int) (cufile.Stager, error) {
 	return s, nil
 }
 
+// Prepare readies every device the backend sees for GPU reads before the
+// first one comes: CUDA's start (its context on each device) and the first
+// chunk of each staging ring, which a first read would otherwise wait for.
+// It stops at the first error, which it returns (a host without a driver:
+// cufile.ErrNoDriver); a later read meets the same error on its own.
+func (e *Engine) Prepare(ctx context.Context) error {
+	devices, err := e.backend.Devices()
+	if err != nil {
+		return err
+	}
+	for _, d := range devices {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := e.stager(d.Ordinal); err != nil {
+			return fmt.Errorf("device %d: %w", d.Ordinal, err)
+		}
+	}
+	return nil
+}
+
 // Read places the request's range into the caller's buffer. A range past
 // the end of the object is short; a zero length reads nothing.
 func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {

@@ -181,6 +181,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "directory of the host stand-in buffers, with `--gpu=host-standin`"},
 		{name: "host-standin-allow-other", group: groupGPU, value: (*boolValue)(&c.GPU.StandinAllowOther), bare: "true", advanced: true,
 			help: "accept `--gpu=host-standin` with `--allow-other`: every user may have the daemon write files of theirs under `--host-standin-dir` (docs/operations.md)"},
+		{name: "gpu-prepare", group: groupGPU, value: (*boolValue)(&c.GPU.Prepare), bare: "true", advanced: true,
+			help: "ready CUDA and each GPU's first staging memory at start, in the background, so that the first GPU read does not wait for them; `false`: on the first GPU read"},
 		{name: "gpu-share", group: groupGPU, value: (*boolValue)(&c.GPU.Share), bare: "true",
 			help: "GPU reads of one object version into one device share its fetch while in flight; for processes loading the same objects", why: benchmarksDoc},
 		{name: "gpu-streams", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.Streams), advanced: true,

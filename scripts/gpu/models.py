@@ -1,0 +1,171 @@
+"""How the programs that load models read one checkpoint of the mount, on the GPU machine.
+
+  models.py ioctl --path P --local L --chunk-mib N     one thread, GPU-read ioctls in order
+  models.py preads --path P --local L --threads T --chunk-mib N
+                                                       T threads of preads into pinned memory
+  models.py loadfile --path P --local L                safetensors.torch.load_file(device="cuda")
+  models.py load --path P --local L                    s3gds.load_safetensors(device="cuda")
+  models.py kvikio --path P --local L                  kvikio.CuFile(path).pread at its defaults
+  models.py gds --path P --local L                     torch.cuda.gds.GdsFile(path).load_storage
+
+Each prints one JSON line: the figure (GB/s of the file's bytes, the wall time of the reads alone)
+and whether every byte equals the local copy's.
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+
+
+def emit(kind, a, secs, ok, **extra):
+    n = os.path.getsize(a.local)
+    rec = {"kind": kind, "path": a.path, "bytes": n, "seconds": round(secs, 4),
+           "gbps": round(n / secs / 1e9, 3), "same": ok, **extra}
+    print(json.dumps(rec), flush=True)
+
+
+def device_ref(a):
+    import torch
+    n = os.path.getsize(a.local)
+    return torch.from_file(a.local, size=n, dtype=torch.uint8).cuda()
+
+
+def ioctl(a):
+    import torch
+    import s3gds
+    n = os.path.getsize(a.local)
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
+    chunk = a.chunk_mib << 20
+    fd = os.open(a.path, os.O_RDONLY)
+    try:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for off in range(0, n, chunk):
+            s3gds.read_into(dst, a.path, off, min(chunk, n - off), fd=fd, dst_offset=off)
+        torch.cuda.synchronize()
+        secs = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+    emit("ioctl", a, secs, bool(torch.equal(dst, device_ref(a))), chunk_mib=a.chunk_mib)
+
+
+def preads(a):
+    import torch
+    n = os.path.getsize(a.local)
+    buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    mv = memoryview(buf.numpy())
+    chunk = a.chunk_mib << 20
+    offs = list(range(0, n, chunk))
+    lock = threading.Lock()
+    errors = []
+    fd = os.open(a.path, os.O_RDONLY)
+
+    def work():
+        while True:
+            with lock:
+                if not offs:
+                    return
+                off = offs.pop(0)
+            want = min(chunk, n - off)
+            got = 0
+            while got < want:
+                k = os.preadv(fd, [mv[off + got:off + want]], off + got)
+                if k <= 0:
+                    errors.append(f"short read at {off + got}")
+                    return
+                got += k
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=work) for _ in range(a.threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    secs = time.perf_counter() - t0
+    os.close(fd)
+    ref = torch.from_file(a.local, size=n, dtype=torch.uint8)
+    emit("preads", a, secs, not errors and bool(torch.equal(buf, ref)), threads=a.threads, chunk_mib=a.chunk_mib,
+         errors=errors[:3])
+
+
+def same_tensors(got, ref):
+    import torch
+    return set(got) == set(ref) and all(got[k].dtype == ref[k].dtype and torch.equal(got[k], ref[k]) for k in ref)
+
+
+def loadfile(a):
+    import torch
+    from safetensors.torch import load_file
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    got = load_file(a.path, device="cuda")
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    emit("load_file", a, secs, same_tensors(got, load_file(a.local, device="cuda")))
+
+
+def load(a):
+    import torch
+    import s3gds
+    from safetensors.torch import load_file
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    got = s3gds.load_safetensors(a.path, device="cuda")
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    emit("load_safetensors", a, secs, same_tensors(got, load_file(a.local, device="cuda")))
+
+
+def kvikio_pread(a):
+    import cupy
+    import kvikio
+    import torch
+    n = os.path.getsize(a.local)
+    dst = cupy.empty(n, dtype=cupy.uint8)
+    cupy.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    with kvikio.CuFile(a.path, "r") as f:
+        got = f.pread(dst).get()
+    cupy.cuda.runtime.deviceSynchronize()
+    secs = time.perf_counter() - t0
+    ref = device_ref(a)
+    ok = got == n and bool(torch.equal(torch.as_tensor(dst, device="cuda"), ref))
+    emit("kvikio", a, secs, ok, compat=str(kvikio.defaults.compat_mode()), threads=kvikio.defaults.num_threads(),
+         task_size=kvikio.defaults.task_size())
+
+
+def gds(a):
+    import torch
+    n = os.path.getsize(a.local)
+    storage = torch.empty(n, dtype=torch.uint8, device="cuda").untyped_storage()
+    f = torch.cuda.gds.GdsFile(a.path, os.O_RDONLY)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    f.load_storage(storage, 0)
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    got = torch.empty(0, dtype=torch.uint8, device="cuda").set_(storage)
+    emit("gds", a, secs, bool(torch.equal(got, device_ref(a))))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    cmds = {"ioctl": ioctl, "preads": preads, "loadfile": loadfile, "load": load, "kvikio": kvikio_pread, "gds": gds}
+    for name in cmds:
+        p = sub.add_parser(name)
+        p.add_argument("--path", required=True)
+        p.add_argument("--local", required=True)
+        p.add_argument("--chunk-mib", type=int, default=4)
+        p.add_argument("--threads", type=int, default=16)
+    a = ap.parse_args()
+    cmds[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

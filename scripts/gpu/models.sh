@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The programs that load models, on a GPU machine, against versitygw on /dev/shm, each
+# measured against the bound of one object on this server in the same run: raw ranged GETs of
+# the checkpoint with 8 and 16 streams of 64 MiB (s3load). One safetensors checkpoint of GB GB:
+#   - s3gds.load_safetensors: the first load on a freshly started mount, then two more;
+#   - one thread of GPU-read ioctls in order, 4 MiB and 64 MiB;
+#   - THREADS threads of CHUNK MiB preads into pinned memory, from the mount and from tmpfs;
+#   - safetensors.torch.load_file(device="cuda"), from the mount and from tmpfs;
+#   - kvikio's CuFile.pread at its defaults with libs3gdsfs_cufile.so as libcufile.so.0, and
+#     in its compatibility mode (POSIX reads, no GPU path);
+#   - torch.cuda.gds.GdsFile.load_storage with the library preloaded.
+# Every byte is compared with the local copy; the page cache is dropped before each read
+# through the mount. Needs .dev/gpu (make gpu-bundle) and the wheels in .whl for kvikio.
+# Writes models.jsonl and the daemon's log and metrics under $OUT.
+set -euo pipefail
+OUT=${OUT:-/tmp/s3gdsfs-models}
+GB=${GB:-8}
+THREADS=${THREADS:-16}
+CHUNK=${CHUNK:-64}
+source scripts/gpu/lib.sh
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+J=$OUT/models.jsonl; : > "$J"
+start_store
+CKPT=/dev/shm/models-ckpt.safetensors
+python3 scripts/gpu/ml_bench.py gen --out $CKPT --gb "$GB"
+python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket(Bucket="bench")' 2>/dev/null || true
+python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
+
+echo "== the bound: raw ranged GETs of the checkpoint, 64 MiB ranges"
+for w in 8 16; do
+  "$BIN/s3load" get --endpoint $EP --bucket bench --keys ckpt.safetensors --part $((64 << 20)) --workers $w \
+    --seconds "${SECS:-6}" | tee -a "$OUT/bound$w.json"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"kind":"bound","workers":int(sys.argv[2]),"gbps":r.get("gbps")}))' \
+    "$OUT/bound$w.json" "$w" >> "$J" || true
+done
+
+run() { echo "-- $*"; python3 scripts/gpu/models.py "$@" | tee -a "$J" || echo "{\"kind\":\"failed\",\"args\":\"$*\"}" | tee -a "$J"; }
+P=$MP/ckpt.safetensors
+
+drop_page_cache
+mount_s3gdsfs models.log ${MOUNT_FLAGS:-}
+echo "== s3gds.load_safetensors, the first on a fresh mount"
+for i in 1 2 3; do drop_page_cache; run load --path $P --local $CKPT; done
+echo "== GPU-read ioctls in order, one thread"
+for c in 4 64; do run ioctl --path $P --local $CKPT --chunk-mib $c; done
+echo "== preads into pinned memory, $THREADS threads of $CHUNK MiB"
+drop_page_cache; run preads --path $P --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+run preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+echo "== safetensors.torch.load_file"
+drop_page_cache; run loadfile --path $P --local $CKPT
+run loadfile --path $CKPT --local $CKPT
+echo "== kvikio CuFile.pread"
+REAL=$(python3 -c 'import glob,nvidia.cufile,os; print(sorted(glob.glob(os.path.join(os.path.dirname(nvidia.cufile.__file__),"lib","libcufile.so*")))[0])' 2>/dev/null || true)
+mkdir -p /tmp/cufile-shim && cp "$BIN/libs3gdsfs_cufile.so" /tmp/cufile-shim/libcufile.so.0
+drop_page_cache
+LD_LIBRARY_PATH=/tmp/cufile-shim:${LD_LIBRARY_PATH:-} S3GDSFS_CUFILE_REAL=$REAL run kvikio --path $P --local $CKPT
+drop_page_cache
+KVIKIO_COMPAT_MODE=ON run kvikio --path $P --local $CKPT
+echo "== torch.cuda.gds.GdsFile.load_storage with the library preloaded"
+drop_page_cache
+LD_PRELOAD=$BIN/libs3gdsfs_cufile.so run gds --path $P --local $CKPT
+
+python3 -c 'import urllib.request; open("'"$OUT"'/metrics.txt","w").write(urllib.request.urlopen("http://127.0.0.1:9737/metrics").read().decode())' || true
+unmount_s3gdsfs | tee "$OUT/daemon_memory.txt"
+python3 - "$J" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+bound = max((r["gbps"] or 0) for r in rows if r.get("kind") == "bound")
+print(f"\nbound (best raw ranged GETs of the object): {bound:.2f} GB/s")
+for r in rows:
+    if r.get("kind") in ("bound", "failed"):
+        print(r); continue
+    extra = " ".join(f"{k}={r[k]}" for k in ("chunk_mib", "threads", "compat", "task_size") if k in r)
+    print(f"{r['kind']:17s} {r['path'][-40:]:40s} {extra:28s} {r['gbps']:7.2f} GB/s  x{r['gbps'] / bound:.2f} bound  same={r['same']}")
+PY

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +26,8 @@ var libFlags = []string{"-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", 
 const (
 	objSize = 5<<20 + 4321 // not a multiple of the daemon's slot
 	objSeed = 7
+	bigSize = 33<<20 + 1234 // nine of kvikio's 4 MiB tasks, the last short
+	bigSeed = 11
 )
 
 // rig is what the tests run: the library, the fakes, the program and a mount.
@@ -36,6 +39,7 @@ type rig struct {
 	bufDir    string // the fake's device memory and the daemon's host stand-in directory
 	mp        string
 	obj       string // the object's file on the mount
+	big       string // a larger object's file on the mount
 	local     string // a file of the local disk
 	localData []byte
 	work      string
@@ -87,10 +91,12 @@ func setup(t *testing.T) *rig {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	srv.PutRandomObject(t, "data", "obj", objSize, objSeed)
+	srv.PutRandomObject(t, "data", "big", bigSize, bigSeed)
 	r.bufDir = t.TempDir()
 	r.mp = t.TempDir()
 	mounttest.Standin(t, srv, "data", r.mp, r.bufDir)
 	r.obj = filepath.Join(r.mp, "obj")
+	r.big = filepath.Join(r.mp, "big")
 	return r
 }
 
@@ -181,6 +187,23 @@ func checkRead(t *testing.T, res result, want int64, content func(off int64, n i
 }
 
 func objBytes(off int64, n int) []byte { return testenv.RandomBytes(objSeed, off, n) }
+func bigBytes(off int64, n int) []byte { return testenv.RandomBytes(bigSeed, off, n) }
+
+// cudaCalls are the fake libcuda's counts of the driver calls a cuFile
+// library makes to name a destination, as it prints them at exit.
+type cudaCalls struct{ addressRange, ipcHandle, attribute, attributes int64 }
+
+var cudaCallsRE = regexp.MustCompile(`fake_cuda calls: cuMemGetAddressRange_v2=(\d+) cuIpcGetMemHandle=(\d+) cuPointerGetAttribute=(\d+) cuPointerGetAttributes=(\d+)`)
+
+func (res result) cudaCalls(t *testing.T) cudaCalls {
+	t.Helper()
+	m := cudaCallsRE.FindStringSubmatch(res.stderr)
+	if m == nil {
+		t.Fatalf("the fake libcuda printed no call counts:\n%s", res.stderr)
+	}
+	n := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
+	return cudaCalls{n(m[1]), n(m[2]), n(m[3]), n(m[4])}
+}
 
 // served checks that the read went through the ioctl: the fake libcufile
 // saw no handle and no read.
@@ -401,5 +424,179 @@ func TestCuFileThroughMount(t *testing.T) {
 		res = r.run(t, r.nocufile, env, "read", r.obj, "100", "5000", "7")
 		checkRead(t, res, 5000, objBytes, 100)
 		served(t, res)
+	})
+}
+
+// TestCuFileDestinationCache: the allocation a read goes into is looked up
+// once, not on every read, and memory freed and allocated again at the same
+// address is told from the old.
+func TestCuFileDestinationCache(t *testing.T) {
+	r := setup(t)
+	o := func(n int64) string { return strconv.FormatInt(n, 10) }
+	noID := []string{"FAKE_CUDA_NO_BUFFER_ID=1"}
+
+	t.Run("16 reads of one unregistered buffer: one lookup", func(t *testing.T) {
+		res := r.run(t, r.fakes, nil, "read", r.obj, "0", o(objSize), "4097", "chunks=16")
+		checkRead(t, res, objSize, objBytes, 0)
+		served(t, res)
+		c := res.cudaCalls(t)
+		if c.ipcHandle != 1 || c.addressRange != 0 {
+			t.Errorf("cuIpcGetMemHandle %d, cuMemGetAddressRange_v2 %d times for 16 reads; want 1 and 0", c.ipcHandle, c.addressRange)
+		}
+		// The buffer's ID is asked on every read, one call each.
+		if c.attributes != 16 {
+			t.Errorf("cuPointerGetAttributes %d times for 16 reads, want 16", c.attributes)
+		}
+		if n := strings.Count(res.stderr, "(cached allocation)"); n != 15 {
+			t.Errorf("%d reads used the cached allocation, want 15:\n%s", n, res.stderr)
+		}
+	})
+
+	t.Run("16 reads, no buffer IDs: one lookup", func(t *testing.T) {
+		res := r.run(t, r.fakes, noID, "read", r.obj, "0", o(objSize), "3", "chunks=16")
+		checkRead(t, res, objSize, objBytes, 0)
+		served(t, res)
+		if c := res.cudaCalls(t); c.ipcHandle != 1 || c.addressRange != 1 {
+			t.Errorf("cuIpcGetMemHandle %d, cuMemGetAddressRange_v2 %d times for 16 reads; want 1 and 1", c.ipcHandle, c.addressRange)
+		}
+	})
+
+	t.Run("8 threads, 64 KiB reads of one buffer", func(t *testing.T) {
+		res := r.run(t, r.fakes, nil, "read", r.obj, "0", o(objSize), "11", "task=65536", "threads=8")
+		checkRead(t, res, objSize, objBytes, 0)
+		served(t, res)
+		// 81 reads; threads that miss together may each look it up.
+		if c := res.cudaCalls(t); c.ipcHandle < 1 || c.ipcHandle > 8 || c.addressRange != 0 {
+			t.Errorf("cuIpcGetMemHandle %d, cuMemGetAddressRange_v2 %d times for 81 reads on 8 threads; want 1-8 and 0",
+				c.ipcHandle, c.addressRange)
+		}
+	})
+
+	// The daemon keeps the old allocation's import while the file is open,
+	// so a stale handle would land the bytes there, not in the new memory:
+	// the buffer ID tells them apart before the read.
+	t.Run("freed and allocated again at the same address", func(t *testing.T) {
+		res := r.run(t, r.fakes, nil, "read", r.obj, "1000", o(2<<20), "5", "realloc=read")
+		if got := res.int(t, "first"); got != 2<<20 {
+			t.Fatalf("first read = %d, want %d", got, 2<<20)
+		}
+		if res.kv["same_addr"] != "1" {
+			t.Fatalf("the fake libcuda did not reuse the address: the case is not tested")
+		}
+		checkRead(t, res, 2<<20, objBytes, 1000)
+		served(t, res)
+		if c := res.cudaCalls(t); c.ipcHandle != 2 {
+			t.Errorf("cuIpcGetMemHandle %d times for two allocations, want 2", c.ipcHandle)
+		}
+	})
+
+	// Without buffer IDs, a stale handle the daemon cannot open (EBADF) is
+	// looked up again and the read retried once.
+	t.Run("stale handle, EBADF: looked up again", func(t *testing.T) {
+		res := r.run(t, r.fakes, noID, "read", r.obj, "77", o(1<<20), "9", "realloc=prime")
+		if got := res.int(t, "first"); got != -5014 {
+			t.Fatalf("priming read = %d, want -CU_FILE_CUDA_POINTER_RANGE_ERROR (-5014)", got)
+		}
+		if res.kv["same_addr"] != "1" {
+			t.Fatalf("the fake libcuda did not reuse the address: the case is not tested")
+		}
+		checkRead(t, res, 1<<20, objBytes, 77)
+		served(t, res)
+		if !strings.Contains(res.stderr, "was stale; looked up again") {
+			t.Errorf("no retry after EBADF logged:\n%s", res.stderr)
+		}
+		if c := res.cudaCalls(t); c.ipcHandle != 2 || c.addressRange != 2 {
+			t.Errorf("cuIpcGetMemHandle %d, cuMemGetAddressRange_v2 %d times; want 2 and 2", c.ipcHandle, c.addressRange)
+		}
+	})
+
+	t.Run("registered buffer: no lookup per read", func(t *testing.T) {
+		res := r.run(t, r.fakes, nil, "read", r.obj, "0", o(objSize), "1", "reg", "chunks=8")
+		checkRead(t, res, objSize, objBytes, 0)
+		served(t, res)
+		if c := res.cudaCalls(t); c.ipcHandle != 1 || c.addressRange != 1 || c.attributes > 1 {
+			t.Errorf("calls %+v for 8 reads of a registered buffer; want one lookup at registration", c)
+		}
+	})
+}
+
+// TestCuFileKvikioSequence runs what kvikio's CuFile.pread does at its
+// defaults: cuFileDriverOpen, cuFileGetVersion, cuFileDriverGetProperties,
+// the file opened O_DIRECT, cuFileHandleRegister, then the read split in
+// 4 MiB tasks taken by 8 threads, each task a cuFileRead at base+offset.
+func TestCuFileKvikioSequence(t *testing.T) {
+	r := setup(t)
+	size := strconv.FormatInt(bigSize, 10)
+	kvikio := []string{"read", r.big, "0", size, "0", "odirect", "probe", "task=4194304", "threads=8"}
+	var delivered int64
+	before := stats(t, r.big)
+
+	// probe checks the answers kvikio reads before it uses cuFile.
+	probe := func(t *testing.T, res result, version int64) {
+		t.Helper()
+		for _, k := range []string{"driver_open", "version_err", "props_err", "driver_close"} {
+			if got := res.int(t, k); got != 0 {
+				t.Errorf("%s = %d, want CU_FILE_SUCCESS", k, got)
+			}
+		}
+		if got := res.int(t, "version"); got != version {
+			t.Errorf("version = %d, want %d", got, version)
+		}
+		// nvfs 0.0 is kvikio's "GDS not available".
+		if res.int(t, "nvfs_major") == 0 && res.int(t, "nvfs_minor") == 0 {
+			t.Errorf("nvfs version 0.0: kvikio would call GDS unavailable")
+		}
+	}
+	readBig := func(t *testing.T, res result) {
+		t.Helper()
+		checkRead(t, res, bigSize, bigBytes, 0)
+		served(t, res)
+		if n := strings.Count(res.stderr, "-> "); n != 9 {
+			t.Errorf("%d ioctls, want 9, one per 4 MiB task:\n%s", n, res.stderr)
+		}
+		if n := strings.Count(res.stderr, "[0, +4194304) -> 4194304 bytes"); n != 1 {
+			t.Errorf("the first task was not one 4 MiB ioctl:\n%s", res.stderr)
+		}
+		delivered += bigSize
+	}
+
+	t.Run("installed as libcufile.so.0, no NVIDIA libcufile", func(t *testing.T) {
+		res := r.run(t, r.nocufile, nil, kvikio...)
+		probe(t, res, 1130)
+		readBig(t, res)
+		if got := res.int(t, "max_direct_io_kb"); got != 16<<10 {
+			t.Errorf("max_direct_io_size = %d KiB, want GDS's default 16384", got)
+		}
+		if f := res.int(t, "fflags"); f&(1<<1) == 0 || f&(1<<2) == 0 {
+			t.Errorf("fflags = %#x: batch (bit 1) and streams (bit 2) not said to be supported", f)
+		}
+	})
+
+	t.Run("libcufile in compatibility mode (nvfs 0.0)", func(t *testing.T) {
+		res := r.run(t, r.fakes, nil, kvikio...)
+		probe(t, res, 1150) // the fake libcufile's
+		readBig(t, res)
+	})
+
+	t.Run("libcufile without nvidia-fs refuses the driver", func(t *testing.T) {
+		res := r.run(t, r.fakes, []string{"FAKE_CUFILE_NO_NVFS=1"}, kvikio...)
+		probe(t, res, 1150)
+		readBig(t, res)
+		if !strings.Contains(res.log, "cuFileDriverOpen") {
+			t.Errorf("libcufile was not asked to open its driver:\n%s", res.log)
+		}
+		if got := res.int(t, "max_batch_io_size"); got != 128 {
+			t.Errorf("max_batch_io_size = %d, want the library's 128", got)
+		}
+	})
+
+	t.Run("counted as GPU reads", func(t *testing.T) {
+		after := stats(t, r.big)
+		if got := number(t, after, "counters", "gpu_http_bytes") - number(t, before, "counters", "gpu_http_bytes"); got != delivered {
+			t.Errorf("gpu_http_bytes grew by %d, want %d", got, delivered)
+		}
+		if got := number(t, after, "counters", "posix_read_bytes") - number(t, before, "counters", "posix_read_bytes"); got != 0 {
+			t.Errorf("posix_read_bytes grew by %d, want 0", got)
+		}
 	})
 }

@@ -20,7 +20,10 @@ typedef struct CUipcMemHandle_st {
 	char reserved[64];
 } CUipcMemHandle;
 #define CUDA_SUCCESS 0
+#define CU_POINTER_ATTRIBUTE_BUFFER_ID 7 /* unsigned long long, unique per allocation in the process */
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
 
 /* cufile.h */
 #define CUFILEOP_BASE_ERR 5000
@@ -86,6 +89,9 @@ typedef struct CUfileDescr_t {
 } CUfileDescr_t;
 
 typedef void *CUfileHandle_t;
+
+enum { CU_FILE_USE_POLL_MODE = 0, CU_FILE_ALLOW_COMPAT_MODE = 1 };            /* bits of nvfs.dcontrolflags */
+enum { CU_FILE_BATCH_IO_SUPPORTED = 1, CU_FILE_STREAMS_SUPPORTED = 2 };      /* bits of fflags */
 
 typedef struct CUfileDrvProps {
 	struct {

@@ -38,8 +38,10 @@
 
 #define FUSE_SUPER_MAGIC 0x65735546
 
-/* The version cuFileGetVersion reports when no real libcufile is found. */
-#define S3GDSFS_CUFILE_VERSION 1050
+/* The version cuFileGetVersion reports when no real libcufile is found:
+ * cuFile 1.13 (CUDA 12.8), whose calls and layouts cufile_abi.h follows.
+ * Programs gate the batch (1.6) and stream (1.7) calls on it. */
+#define S3GDSFS_CUFILE_VERSION 1130
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -182,6 +184,7 @@ static void warn_no_real(void)
 typedef CUresult (*fn_cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
 typedef CUresult (*fn_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 typedef CUresult (*fn_cuPointerGetAttribute)(void *, int, CUdeviceptr);
+typedef CUresult (*fn_cuPointerGetAttributes)(unsigned, int *, void **, CUdeviceptr);
 typedef CUresult (*fn_cuStreamSynchronize)(CUstream);
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
@@ -189,6 +192,7 @@ static struct {
 	fn_cuMemGetAddressRange_v2 range;
 	fn_cuIpcGetMemHandle ipc;
 	fn_cuPointerGetAttribute attr;
+	fn_cuPointerGetAttributes attrs;
 	fn_cuStreamSynchronize sync;
 	char why[256];
 } cuda;
@@ -208,6 +212,7 @@ static void cuda_init(void)
 	cuda.range = (fn_cuMemGetAddressRange_v2)dlsym(h, "cuMemGetAddressRange_v2");
 	cuda.ipc = (fn_cuIpcGetMemHandle)dlsym(h, "cuIpcGetMemHandle");
 	cuda.attr = (fn_cuPointerGetAttribute)dlsym(h, "cuPointerGetAttribute");
+	cuda.attrs = (fn_cuPointerGetAttributes)dlsym(h, "cuPointerGetAttributes");
 	cuda.sync = (fn_cuStreamSynchronize)dlsym(h, "cuStreamSynchronize");
 	if (!cuda.range || !cuda.ipc) {
 		snprintf(cuda.why, sizeof(cuda.why), "%s lacks cuMemGetAddressRange_v2 or cuIpcGetMemHandle", path);
@@ -235,10 +240,18 @@ struct alloc {
 	CUdeviceptr base;
 	size_t size;
 	int device;
+	unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 if unknown */
 	CUipcMemHandle ipc;
 };
 
-/* resolve fills a for ptr: 0, or the CUfileOpError why not. */
+static int same_alloc(const struct alloc *a, const struct alloc *b)
+{
+	return a->base == b->base && a->size == b->size && a->device == b->device &&
+	       memcmp(&a->ipc, &b->ipc, sizeof(a->ipc)) == 0;
+}
+
+/* resolve asks the driver for the allocation holding ptr and its IPC
+ * handle: 0, or the CUfileOpError why not. */
 static CUfileOpError resolve(CUdeviceptr ptr, struct alloc *a, CUresult *cu)
 {
 	if (!cuda_ok())
@@ -250,12 +263,161 @@ static CUfileOpError resolve(CUdeviceptr ptr, struct alloc *a, CUresult *cu)
 	if (*cu != CUDA_SUCCESS)
 		return CU_FILE_CUDA_MEMORY_TYPE_INVALID; /* no legacy IPC handle (a pool, VMM) */
 	a->device = 0;
-	if (cuda.attr) {
+	a->id = 0;
+	if (cuda.attrs) {
+		int dev = 0;
+		unsigned long long id = 0;
+		int which[2] = {CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+		void *out[2] = {&dev, &id};
+		if (cuda.attrs(2, which, out, ptr) == CUDA_SUCCESS) {
+			a->device = dev;
+			a->id = id;
+		}
+	} else if (cuda.attr) {
 		int dev = 0;
 		if (cuda.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) == CUDA_SUCCESS)
 			a->device = dev;
 	}
 	return CU_FILE_SUCCESS;
+}
+
+/* ---- the allocation cache ----
+ *
+ * The allocations reads went into, sorted by base, so that a buffer read
+ * into again costs no cuIpcGetMemHandle (nor cuMemGetAddressRange). Memory
+ * freed and allocated again may sit at the same address under a new IPC
+ * handle; the driver's buffer ID, unique to an allocation for the life of
+ * the process, tells the two apart: locate asks for it (one
+ * cuPointerGetAttributes) on every read. A driver that cannot give it leaves
+ * the cache to the address range alone, and a stale handle shows as the
+ * daemon's EBADF, after which serve_read looks up again and retries once. */
+
+#define CACHE_MAX 4096 /* allocations; a full cache is emptied */
+
+static pthread_rwlock_t cache_mu = PTHREAD_RWLOCK_INITIALIZER;
+static struct alloc *cache;
+static size_t ncache, capcache;
+
+/* cache_at returns the index of the last entry with base <= ptr, or -1;
+ * call with cache_mu held. */
+static long cache_at(CUdeviceptr ptr)
+{
+	long lo = 0, hi = (long)ncache - 1, at = -1;
+	while (lo <= hi) {
+		long mid = lo + (hi - lo) / 2;
+		if (cache[mid].base <= ptr) {
+			at = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	return at;
+}
+
+/* cache_get copies the entry holding ptr (base_only: based at ptr). */
+static int cache_get(CUdeviceptr ptr, int base_only, struct alloc *out)
+{
+	int ok = 0;
+	pthread_rwlock_rdlock(&cache_mu);
+	long i = cache_at(ptr);
+	if (i >= 0 && (base_only ? cache[i].base == ptr : ptr - cache[i].base < cache[i].size)) {
+		*out = cache[i];
+		ok = 1;
+	}
+	pthread_rwlock_unlock(&cache_mu);
+	return ok;
+}
+
+/* cache_put records a, replacing every entry that overlaps it: those
+ * allocations are gone. */
+static void cache_put(const struct alloc *a)
+{
+	if (a->size == 0)
+		return;
+	pthread_rwlock_wrlock(&cache_mu);
+	size_t lo = 0;
+	while (lo < ncache && cache[lo].base + cache[lo].size <= a->base)
+		lo++;
+	size_t hi = lo;
+	while (hi < ncache && cache[hi].base < a->base + a->size)
+		hi++;
+	if (hi == lo && ncache >= CACHE_MAX) {
+		ncache = lo = hi = 0;
+	}
+	if (hi == lo && ncache == capcache) {
+		size_t cap = capcache ? capcache * 2 : 16;
+		struct alloc *n = realloc(cache, cap * sizeof(*n));
+		if (!n) {
+			pthread_rwlock_unlock(&cache_mu);
+			return; /* uncached: the next read asks again */
+		}
+		cache = n;
+		capcache = cap;
+	}
+	/* [lo, hi) overlap a: one slot stays for a, the rest close up. */
+	size_t drop = hi > lo ? hi - lo - 1 : 0;
+	if (hi == lo)
+		memmove(cache + lo + 1, cache + lo, (ncache - lo) * sizeof(*cache));
+	else if (drop)
+		memmove(cache + lo + 1, cache + hi, (ncache - hi) * sizeof(*cache));
+	ncache = ncache + 1 - (hi - lo);
+	cache[lo] = *a;
+	pthread_rwlock_unlock(&cache_mu);
+}
+
+/* cache_drop forgets the allocation holding ptr. */
+static void cache_drop(CUdeviceptr ptr)
+{
+	pthread_rwlock_wrlock(&cache_mu);
+	long i = cache_at(ptr);
+	if (i >= 0 && ptr - cache[i].base < cache[i].size) {
+		memmove(cache + i, cache + i + 1, (ncache - (size_t)i - 1) * sizeof(*cache));
+		ncache--;
+	}
+	pthread_rwlock_unlock(&cache_mu);
+}
+
+/* locate fills a for ptr from the cache, or from the driver (and caches
+ * it); *cached says which. 0, or the CUfileOpError why not. */
+static CUfileOpError locate(CUdeviceptr ptr, struct alloc *a, int *cached, CUresult *cu)
+{
+	*cached = 0;
+	if (!cuda_ok())
+		return CU_FILE_CUDA_DRIVER_ERROR;
+	if (cuda.attrs) {
+		CUdeviceptr base = 0;
+		size_t size = 0;
+		unsigned long long id = 0;
+		int dev = 0;
+		int which[4] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+				CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+		void *out[4] = {&base, &size, &id, &dev};
+		if (cuda.attrs(4, which, out, ptr) == CUDA_SUCCESS && id != 0 && size != 0 && ptr - base < size) {
+			if (cache_get(base, 1, a) && a->id == id && a->size == size) {
+				*cached = 1;
+				return CU_FILE_SUCCESS;
+			}
+			/* New to the cache, or a new allocation where an old one was. */
+			a->base = base;
+			a->size = size;
+			a->device = dev;
+			a->id = id;
+			*cu = cuda.ipc(&a->ipc, base);
+			if (*cu != CUDA_SUCCESS)
+				return CU_FILE_CUDA_MEMORY_TYPE_INVALID; /* no legacy IPC handle (a pool, VMM) */
+			cache_put(a);
+			return CU_FILE_SUCCESS;
+		}
+	}
+	if (cache_get(ptr, 0, a)) {
+		*cached = 1;
+		return CU_FILE_SUCCESS;
+	}
+	CUfileOpError err = resolve(ptr, a, cu);
+	if (err == CU_FILE_SUCCESS)
+		cache_put(a);
+	return err;
 }
 
 /* ---- handles ---- */
@@ -503,8 +665,10 @@ EXPORT CUfileError_t cuFileBufRegister(const void *ptr, size_t len, int flags)
 	b->len = len;
 	CUresult cu = CUDA_SUCCESS;
 	CUfileOpError rerr = resolve(base, &b->alloc, &cu);
-	if (rerr == CU_FILE_SUCCESS && base + len <= b->alloc.base + b->alloc.size)
+	if (rerr == CU_FILE_SUCCESS && base + len <= b->alloc.base + b->alloc.size) {
 		b->have_alloc = 1;
+		cache_put(&b->alloc);
+	}
 	CUfileError_t e = status(CU_FILE_SUCCESS);
 	__typeof__(&cuFileBufRegister) reg = REAL(cuFileBufRegister);
 	if (reg) {
@@ -545,6 +709,8 @@ EXPORT CUfileError_t cuFileBufDeregister(const void *ptr)
 		__typeof__(&cuFileBufDeregister) dereg = REAL(cuFileBufDeregister);
 		return dereg ? dereg(ptr) : status(CU_FILE_MEMORY_NOT_REGISTERED);
 	}
+	/* Deregistration often comes just before the memory is freed. */
+	cache_drop(base);
 	CUfileError_t e = status(CU_FILE_SUCCESS);
 	if (b->real_registered) {
 		__typeof__(&cuFileBufDeregister) dereg = REAL(cuFileBufDeregister);
@@ -560,9 +726,33 @@ EXPORT CUfileError_t cuFileBufDeregister(const void *ptr)
 
 #define FALLBACK 1 /* serve_read could not serve: hand the read to the real libcufile */
 
-/* serve_read reads [off, off+size) of h's file to dst through the ioctl.
- * It returns 0 with *ret the cuFileRead value, or FALLBACK with *ret the
- * value to return should no real libcufile take the read. */
+/* read_ioctl issues one S3GDS_IOC_READ of [off, off+size) of h's file into
+ * dst, inside allocation a: 0, or -1 with errno. */
+static int read_ioctl(struct handle *h, const struct alloc *a, CUdeviceptr dst, size_t size, off_t off,
+		      struct s3gds_read *req)
+{
+	s3gds_read_init(req);
+	req->flags = h->flags;
+	req->device = a->device;
+	req->offset = (uint64_t)off;
+	req->length = size;
+	req->dst_offset = dst - a->base;
+	memcpy(req->ipc_handle, &a->ipc, sizeof(req->ipc_handle));
+	int rc;
+	do
+		rc = ioctl(h->fd, S3GDS_IOC_READ, req);
+	while (rc != 0 && errno == EINTR);
+	return rc;
+}
+
+/* Where serve_read found the destination's allocation. */
+enum { FROM_DRIVER, FROM_CACHE, FROM_REGISTERED };
+static const char *const from_name[] = {"", " (cached allocation)", " (registered buffer)"};
+
+/* serve_read reads [off, off+size) of h's file to dst through the ioctl:
+ * one ioctl, however large. It returns 0 with *ret the cuFileRead value,
+ * or FALLBACK with *ret the value to return should no real libcufile take
+ * the read. */
 static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off, ssize_t *ret)
 {
 	if (off < 0 || size > (size_t)SSIZE_MAX) {
@@ -575,55 +765,70 @@ static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off,
 		return 0;
 	}
 	struct alloc a;
-	int cached = 0;
+	int from = FROM_DRIVER;
+	struct buf *reg = NULL;
 	pthread_mutex_lock(&mu);
 	for (struct buf *b = bufs; b; b = b->next) {
 		if (b->have_alloc && dst >= b->base && dst - b->base < b->len) {
 			a = b->alloc;
-			cached = 1;
+			reg = b;
+			from = FROM_REGISTERED;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&mu);
-	if (!cached) {
-		/* Not in a registered buffer: ask the driver every time, since
-		 * memory freed and allocated again may sit at the same address
-		 * under a new handle. */
+	if (!reg) {
 		CUresult cu = CUDA_SUCCESS;
-		CUfileOpError err = resolve(dst, &a, &cu);
+		int cached = 0;
+		CUfileOpError err = locate(dst, &a, &cached, &cu);
 		if (err != CU_FILE_SUCCESS) {
 			dbg("read fd %d: destination 0x%llx: %d (CUDA %d)", h->fd, (unsigned long long)dst, (int)err, cu);
 			*ret = -(ssize_t)err;
 			return FALLBACK;
 		}
-	}
-	if (dst + size > a.base + a.size || dst + size < dst) {
-		dbg("read fd %d: [0x%llx, +%zu) runs past its allocation [0x%llx, +%zu)", h->fd,
-		    (unsigned long long)dst, size, (unsigned long long)a.base, a.size);
-		*ret = -(ssize_t)CU_FILE_CUDA_POINTER_RANGE_ERROR;
-		return 0;
+		if (cached)
+			from = FROM_CACHE;
 	}
 	struct s3gds_read req;
-	s3gds_read_init(&req);
-	req.flags = h->flags;
-	req.device = a.device;
-	req.offset = (uint64_t)off;
-	req.length = size;
-	req.dst_offset = dst - a.base;
-	memcpy(req.ipc_handle, &a.ipc, sizeof(req.ipc_handle));
-	int rc;
-	do
-		rc = ioctl(h->fd, S3GDS_IOC_READ, &req);
-	while (rc != 0 && errno == EINTR);
-	if (rc != 0) {
+	for (int tries = 0;; tries++) {
+		if (dst + size > a.base + a.size || dst + size < dst) {
+			dbg("read fd %d: [0x%llx, +%zu) runs past its allocation [0x%llx, +%zu)", h->fd,
+			    (unsigned long long)dst, size, (unsigned long long)a.base, a.size);
+			*ret = -(ssize_t)CU_FILE_CUDA_POINTER_RANGE_ERROR;
+			return 0;
+		}
+		if (read_ioctl(h, &a, dst, size, off, &req) == 0)
+			break;
 		int e = errno;
 		dbg("read fd %d: [%lld, +%zu): ioctl: %s", h->fd, (long long)off, size, strerror(e));
-		errno = e;
-		*ret = -1;
-		return 0;
+		/* EBADF: the daemon cannot open the handle. One that came from a
+		 * cache may be stale (the memory freed and allocated again at
+		 * this address): ask the driver once more, and retry if it
+		 * names another allocation. */
+		struct alloc fresh;
+		CUresult cu = CUDA_SUCCESS;
+		if (e != EBADF || tries > 0 || from == FROM_DRIVER || resolve(dst, &fresh, &cu) != CU_FILE_SUCCESS ||
+		    same_alloc(&fresh, &a)) {
+			if (e == EBADF && from != FROM_DRIVER)
+				cache_drop(dst);
+			errno = e;
+			*ret = -1;
+			return 0;
+		}
+		dbg("read fd %d: the handle of 0x%llx was stale; looked up again, retrying", h->fd,
+		    (unsigned long long)dst);
+		if (from == FROM_REGISTERED) {
+			pthread_mutex_lock(&mu);
+			for (struct buf *b = bufs; b; b = b->next)
+				if (b == reg)
+					b->alloc = fresh;
+			pthread_mutex_unlock(&mu);
+		}
+		cache_put(&fresh);
+		a = fresh;
 	}
 	dbg("read fd %d: [%lld, +%zu) -> %llu bytes over %s%s", h->fd, (long long)off, size,
-	    (unsigned long long)req.bytes, s3gds_transport_name(req.transport), cached ? " (registered buffer)" : "");
+	    (unsigned long long)req.bytes, s3gds_transport_name(req.transport), from_name[from]);
 	*ret = (ssize_t)req.bytes;
 	return 0;
 }
@@ -938,7 +1143,33 @@ EXPORT void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp)
 	free(b);
 }
 
-/* ---- the driver ---- */
+/* ---- the driver ----
+ *
+ * Programs probe these before they use cuFile at all. Mount files need no
+ * driver, so where NVIDIA's libcufile is missing, or refuses (no nvidia-fs,
+ * compatibility mode off), the answers are the library's own: success, and
+ * properties that say cuFile is there with GDS's defaults. */
+
+static int real_open_refused; /* libcufile's cuFileDriverOpen failed and success was answered */
+
+/* The properties answered without libcufile: GDS's defaults (cufile.json),
+ * as set by cuFileDriverSet*. Sizes in KiB, as cufile.h has them. */
+static pthread_mutex_t props_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUfileDrvProps_t own_props = {
+	.nvfs =
+		{
+			.major_version = S3GDSFS_CUFILE_VERSION / 1000,
+			.minor_version = S3GDSFS_CUFILE_VERSION % 1000 / 10,
+			.poll_thresh_size = 4,          /* poll_mode_max_size_kb */
+			.max_direct_io_size = 16 << 10, /* max_direct_io_size_kb */
+		},
+	.fflags = 1u << CU_FILE_BATCH_IO_SUPPORTED | 1u << CU_FILE_STREAMS_SUPPORTED,
+	.max_device_cache_size = 128 << 10,     /* max_device_cache_size_kb */
+	.per_buffer_cache_size = 1 << 10,       /* per_buffer_cache_size_kb */
+	.max_device_pinned_mem_size = 32 << 20, /* max_device_pinned_mem_size_kb */
+	.max_batch_io_size = 128,
+	.max_batch_io_timeout_msecs = 5,
+};
 
 EXPORT CUfileError_t cuFileDriverOpen(void)
 {
@@ -946,16 +1177,32 @@ EXPORT CUfileError_t cuFileDriverOpen(void)
 	if (real) {
 		CUfileError_t e = real();
 		dbg("driver open: real libcufile answered %d", (int)e.err);
+		if (e.err != CU_FILE_SUCCESS && e.err != CU_FILE_DRIVER_ALREADY_OPEN) {
+			/* Files on mounts are still served; libcufile judges the rest
+			 * when they are registered. */
+			__atomic_store_n(&real_open_refused, 1, __ATOMIC_RELAXED);
+			dbg("driver open: answering success: s3gdsfs files need no driver");
+			return status(CU_FILE_SUCCESS);
+		}
 		return e;
 	}
 	warn_no_real();
 	return status(CU_FILE_SUCCESS);
 }
 
+static CUfileError_t driver_close(CUfileError_t (*real)(void))
+{
+	if (!real)
+		return status(CU_FILE_SUCCESS);
+	CUfileError_t e = real();
+	if (e.err != CU_FILE_SUCCESS && __atomic_load_n(&real_open_refused, __ATOMIC_RELAXED))
+		return status(CU_FILE_SUCCESS); /* its open failed: nothing of its to close */
+	return e;
+}
+
 EXPORT CUfileError_t cuFileDriverClose(void)
 {
-	__typeof__(&cuFileDriverClose) real = REAL(cuFileDriverClose);
-	return real ? real() : status(CU_FILE_SUCCESS);
+	return driver_close(REAL(cuFileDriverClose));
 }
 
 /* cufile.h of CUDA 12 defines cuFileDriverClose as cuFileDriverClose_v2. */
@@ -963,7 +1210,7 @@ EXPORT CUfileError_t cuFileDriverClose_v2(void)
 {
 	__typeof__(&cuFileDriverClose_v2) real = REAL(cuFileDriverClose_v2);
 	if (real)
-		return real();
+		return driver_close(real);
 	return cuFileDriverClose();
 }
 
@@ -978,13 +1225,22 @@ EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *props)
 	if (!props)
 		return status(CU_FILE_INVALID_VALUE);
 	__typeof__(&cuFileDriverGetProperties) real = REAL(cuFileDriverGetProperties);
-	if (real)
-		return real(props);
-	memset(props, 0, sizeof(*props));
-	props->nvfs.major_version = S3GDSFS_CUFILE_VERSION / 1000;
-	props->nvfs.minor_version = S3GDSFS_CUFILE_VERSION % 1000 / 10;
-	props->nvfs.max_direct_io_size = 16 << 10; /* KiB, as cufile.json's max_direct_io_size_kb */
-	props->max_batch_io_size = 128;
+	if (real) {
+		CUfileError_t e = real(props);
+		if (e.err == CU_FILE_SUCCESS) {
+			/* Version 0.0 says "no nvidia-fs" (kvikio's is_gds_available
+			 * reads false); mount files are served all the same. */
+			if (props->nvfs.major_version == 0 && props->nvfs.minor_version == 0) {
+				props->nvfs.major_version = own_props.nvfs.major_version;
+				props->nvfs.minor_version = own_props.nvfs.minor_version;
+			}
+			return e;
+		}
+		dbg("driver properties: real libcufile answered %d; answering the library's own", (int)e.err);
+	}
+	pthread_mutex_lock(&props_mu);
+	*props = own_props;
+	pthread_mutex_unlock(&props_mu);
 	return status(CU_FILE_SUCCESS);
 }
 
@@ -999,26 +1255,45 @@ EXPORT CUfileError_t cuFileGetVersion(int *version)
 	return status(CU_FILE_SUCCESS);
 }
 
+/* The settings below are kept for the properties answered without
+ * libcufile, and passed to libcufile where there is one. */
+
 EXPORT CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size)
 {
+	pthread_mutex_lock(&props_mu);
+	if (poll)
+		own_props.nvfs.dcontrolflags |= 1u << CU_FILE_USE_POLL_MODE;
+	else
+		own_props.nvfs.dcontrolflags &= ~(1u << CU_FILE_USE_POLL_MODE);
+	own_props.nvfs.poll_thresh_size = poll_threshold_size;
+	pthread_mutex_unlock(&props_mu);
 	__typeof__(&cuFileDriverSetPollMode) real = REAL(cuFileDriverSetPollMode);
 	return real ? real(poll, poll_threshold_size) : status(CU_FILE_SUCCESS);
 }
 
 EXPORT CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size)
 {
+	pthread_mutex_lock(&props_mu);
+	own_props.nvfs.max_direct_io_size = max_direct_io_size;
+	pthread_mutex_unlock(&props_mu);
 	__typeof__(&cuFileDriverSetMaxDirectIOSize) real = REAL(cuFileDriverSetMaxDirectIOSize);
 	return real ? real(max_direct_io_size) : status(CU_FILE_SUCCESS);
 }
 
 EXPORT CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size)
 {
+	pthread_mutex_lock(&props_mu);
+	own_props.max_device_cache_size = (unsigned)max_cache_size;
+	pthread_mutex_unlock(&props_mu);
 	__typeof__(&cuFileDriverSetMaxCacheSize) real = REAL(cuFileDriverSetMaxCacheSize);
 	return real ? real(max_cache_size) : status(CU_FILE_SUCCESS);
 }
 
 EXPORT CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size)
 {
+	pthread_mutex_lock(&props_mu);
+	own_props.max_device_pinned_mem_size = (unsigned)max_pinned_size;
+	pthread_mutex_unlock(&props_mu);
 	__typeof__(&cuFileDriverSetMaxPinnedMemSize) real = REAL(cuFileDriverSetMaxPinnedMemSize);
 	return real ? real(max_pinned_size) : status(CU_FILE_SUCCESS);
 }

@@ -4,8 +4,17 @@
  * cufile.h and cuda.h would see it), for the tests of libs3gdsfs_cufile.so.
  *
  *   cuprog read PATH OFF LEN BOFF OUT [reg] [async] [batch] [chunks=N] [threads=N] [alloc=N]
+ *                                     [task=N] [odirect] [probe] [realloc=read|prime]
  *       reads [OFF, OFF+LEN) of PATH to BOFF of a fresh device allocation
- *       (BOFF+LEN+4096 bytes, or N) and writes the bytes read to OUT
+ *       (BOFF+LEN+4096 bytes, or N) and writes the bytes read to OUT.
+ *       chunks: that many reads, one after another (threads=N: at once, one
+ *       thread each); task=N: reads of N bytes taken in turn by a pool of
+ *       `threads` threads, as kvikio's pread splits a read; odirect: opened
+ *       O_DIRECT, as kvikio opens; probe: cuFileGetVersion and
+ *       cuFileDriverGetProperties first, printed; realloc: a read into the
+ *       allocation first (prime: one the library refuses, running past its
+ *       end), then the allocation freed and another made at the same
+ *       address, which the read then goes to.
  *   cuprog write PATH        cuFileWrite of 16 bytes
  *   cuprog badhandle         cuFileRead with a handle never registered
  *   cuprog deregistered PATH cuFileRead after cuFileHandleDeregister
@@ -49,7 +58,25 @@ typedef struct CUfileIOParams {
 } CUfileIOParams_t;
 typedef struct CUfileIOEvents { void *cookie; int status; size_t ret; } CUfileIOEvents_t;
 
+typedef struct CUfileDrvProps {
+	struct {
+		unsigned int major_version;
+		unsigned int minor_version;
+		size_t poll_thresh_size;
+		size_t max_direct_io_size;
+		unsigned int dstatusflags;
+		unsigned int dcontrolflags;
+	} nvfs;
+	unsigned int fflags;
+	unsigned int max_device_cache_size;
+	unsigned int per_buffer_cache_size;
+	unsigned int max_device_pinned_mem_size;
+	unsigned int max_batch_io_size;
+	unsigned int max_batch_io_timeout_msecs;
+} CUfileDrvProps_t;
+
 CUfileError_t cuFileDriverOpen(void);
+CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *props);
 CUfileError_t cuFileDriverClose_v2(void);
 CUfileError_t cuFileGetVersion(int *version);
 CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr);
@@ -67,6 +94,45 @@ CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min
 void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
 
 #define FILL 0xEE
+
+static int open_registered(const char *path, int flags, CUfileHandle_t *fh);
+
+/* A pool's tasks: [at, at+task) of the read, taken in turn. */
+struct pool {
+	CUfileHandle_t fh;
+	void *buf;
+	size_t len, task;
+	off_t off, boff;
+	size_t next; /* the next task's start, taken atomically */
+	ssize_t total;
+	int failed;
+	ssize_t ret;
+	int err;
+};
+
+static void *run_pool(void *arg)
+{
+	struct pool *p = arg;
+	for (;;) {
+		size_t at = __atomic_fetch_add(&p->next, p->task, __ATOMIC_RELAXED);
+		if (at >= p->len)
+			return NULL;
+		size_t n = p->len - at < p->task ? p->len - at : p->task;
+		errno = 0;
+		ssize_t r = cuFileRead(p->fh, p->buf, n, p->off + (off_t)at, p->boff + (off_t)at);
+		int e = errno;
+		if (r >= 0)
+			__atomic_add_fetch(&p->total, r, __ATOMIC_RELAXED);
+		if (r < 0 || (size_t)r != n) {
+			/* A short task is only right at the end of the file; the
+			 * caller compares the total. */
+			if (r < 0 && __atomic_exchange_n(&p->failed, 1, __ATOMIC_RELAXED) == 0) {
+				p->ret = r;
+				p->err = e;
+			}
+		}
+	}
+}
 
 static int open_registered(const char *path, int flags, CUfileHandle_t *fh)
 {
@@ -115,9 +181,10 @@ static int cmd_read(int argc, char **argv)
 	size_t len = strtoull(argv[4], NULL, 0);
 	off_t boff = strtoll(argv[5], NULL, 0);
 	const char *out = argv[6];
-	bool reg = false, async = false, batch = false;
+	bool reg = false, async = false, batch = false, odirect = false, probe = false;
 	unsigned chunks = 1, threads = 0;
-	size_t alloc = 0;
+	size_t alloc = 0, task = 0;
+	const char *realloc_mode = NULL;
 	for (int i = 7; i < argc; i++) {
 		if (!strcmp(argv[i], "reg"))
 			reg = true;
@@ -131,8 +198,16 @@ static int cmd_read(int argc, char **argv)
 			threads = strtoul(argv[i] + 8, NULL, 0);
 		else if (!strncmp(argv[i], "alloc=", 6))
 			alloc = strtoull(argv[i] + 6, NULL, 0);
+		else if (!strncmp(argv[i], "task=", 5))
+			task = strtoull(argv[i] + 5, NULL, 0);
+		else if (!strcmp(argv[i], "odirect"))
+			odirect = true;
+		else if (!strcmp(argv[i], "probe"))
+			probe = true;
+		else if (!strncmp(argv[i], "realloc=", 8))
+			realloc_mode = argv[i] + 8;
 	}
-	if (threads)
+	if (threads && !task)
 		chunks = threads;
 	if (chunks == 0)
 		chunks = 1;
@@ -140,6 +215,17 @@ static int cmd_read(int argc, char **argv)
 	cuInit(0);
 	CUfileError_t e = cuFileDriverOpen();
 	printf("driver_open=%d\n", e.err);
+	if (probe) {
+		int v = 0;
+		e = cuFileGetVersion(&v);
+		printf("version_err=%d\nversion=%d\n", e.err, v);
+		CUfileDrvProps_t props;
+		memset(&props, 0, sizeof(props));
+		e = cuFileDriverGetProperties(&props);
+		printf("props_err=%d\nnvfs_major=%u\nnvfs_minor=%u\nmax_direct_io_kb=%zu\nfflags=%u\nmax_batch_io_size=%u\n",
+		       e.err, props.nvfs.major_version, props.nvfs.minor_version, props.nvfs.max_direct_io_size,
+		       props.fflags, props.max_batch_io_size);
+	}
 	size_t bufsize = alloc ? alloc : (size_t)boff + len + 4096;
 	CUdeviceptr dptr;
 	if (cuMemAlloc_v2(&dptr, bufsize) != 0) {
@@ -154,7 +240,23 @@ static int cmd_read(int argc, char **argv)
 		printf("bufregister=%d\n", e.err);
 	}
 	CUfileHandle_t fh;
-	int fd = open_registered(path, O_RDONLY, &fh);
+	int fd = open_registered(path, O_RDONLY | (odirect ? O_DIRECT : 0), &fh);
+	if (realloc_mode) {
+		ssize_t r = !strcmp(realloc_mode, "prime") ? cuFileRead(fh, buf, bufsize + 1, 0, 0)
+							   : cuFileRead(fh, buf, len, off, boff);
+		printf("first=%zd\n", r);
+		CUdeviceptr again;
+		cuMemFree_v2(dptr);
+		if (cuMemAlloc_v2(&again, bufsize) != 0) {
+			printf("alloc=failed\n");
+			return 1;
+		}
+		printf("same_addr=%d\n", again == dptr);
+		dptr = again;
+		host = (unsigned char *)(unsigned long)dptr;
+		memset(host, FILL, bufsize);
+		buf = (void *)(unsigned long)dptr;
+	}
 
 	size_t piece = (len + chunks - 1) / chunks;
 	ssize_t total = 0;
@@ -202,6 +304,16 @@ static int cmd_read(int argc, char **argv)
 		}
 		printf("batch_events=%u\n", seen);
 		cuFileBatchIODestroy(b);
+	} else if (task) {
+		struct pool p = {.fh = fh, .buf = buf, .len = len, .task = task, .off = off, .boff = boff};
+		unsigned n = threads ? threads : 1;
+		pthread_t *tids = calloc(n, sizeof(*tids));
+		for (unsigned i = 0; i < n; i++)
+			pthread_create(&tids[i], NULL, run_pool, &p);
+		for (unsigned i = 0; i < n; i++)
+			pthread_join(tids[i], NULL);
+		total = p.failed ? p.ret : p.total;
+		err = p.err;
 	} else {
 		struct job *jobs = calloc(chunks, sizeof(*jobs));
 		pthread_t *tids = calloc(chunks, sizeof(*tids));

@@ -75,12 +75,26 @@ static struct fh *find(CUfileHandle_t h)
 	return f;
 }
 
-CUfileError_t cuFileDriverOpen(void) { logf_("cuFileDriverOpen"); return st(0); }
-CUfileError_t cuFileDriverClose(void) { logf_("cuFileDriverClose"); return st(0); }
-CUfileError_t cuFileDriverClose_v2(void) { logf_("cuFileDriverClose_v2"); return st(0); }
+/* $FAKE_CUFILE_NO_NVFS: the driver calls fail as NVIDIA's do without
+ * nvidia-fs and with compatibility mode off. */
+static bool no_nvfs(void) { return getenv("FAKE_CUFILE_NO_NVFS") != NULL; }
+#define NVFS_DRIVER_ERROR 5010
+#define DRIVER_NOT_INITIALIZED 5001
+
+CUfileError_t cuFileDriverOpen(void) { logf_("cuFileDriverOpen"); return st(no_nvfs() ? NVFS_DRIVER_ERROR : 0); }
+CUfileError_t cuFileDriverClose(void) { logf_("cuFileDriverClose"); return st(no_nvfs() ? DRIVER_NOT_INITIALIZED : 0); }
+CUfileError_t cuFileDriverClose_v2(void) { logf_("cuFileDriverClose_v2"); return st(no_nvfs() ? DRIVER_NOT_INITIALIZED : 0); }
 long cuFileUseCount(void) { return 1; }
 CUfileError_t cuFileGetVersion(int *v) { logf_("cuFileGetVersion"); *v = 1150; return st(0); }
-CUfileError_t cuFileDriverGetProperties(void *p) { logf_("cuFileDriverGetProperties"); memset(p, 0, 48); return st(0); }
+/* Compatibility mode's answer: nvfs version 0.0 (no nvidia-fs), the rest zero. */
+CUfileError_t cuFileDriverGetProperties(void *p)
+{
+	logf_("cuFileDriverGetProperties");
+	if (no_nvfs())
+		return st(DRIVER_NOT_INITIALIZED);
+	memset(p, 0, 56); /* sizeof(CUfileDrvProps_t) */
+	return st(0);
+}
 
 CUfileError_t cuFileHandleRegister(CUfileHandle_t *out, CUfileDescr_t *d)
 {

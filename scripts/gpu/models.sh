@@ -6,7 +6,8 @@
 #   - one thread of GPU-read ioctls in order, 4 MiB and 64 MiB;
 #   - THREADS threads of CHUNK MiB preads into pinned memory, from the mount and from tmpfs;
 #   - safetensors.torch.load_file(device="cuda"), from the mount and from tmpfs;
-#   - kvikio's CuFile.pread at its defaults with libs3gdsfs_cufile.so as libcufile.so.0, and
+#   - kvikio's CuFile.pread at its defaults (KVIKIO_COMPAT_MODE=OFF) with libs3gdsfs_cufile.so as
+#     libcufile.so.0, and
 #     in its compatibility mode (POSIX reads, no GPU path);
 #   - torch.cuda.gds.GdsFile.load_storage with the library preloaded.
 # Every byte is compared with the local copy; the page cache is dropped before each read
@@ -57,7 +58,10 @@ echo "== kvikio CuFile.pread"
 REAL=$(python3 -c 'import glob,nvidia.cufile,os; print(sorted(glob.glob(os.path.join(os.path.dirname(nvidia.cufile.__file__),"lib","libcufile.so*")))[0])' 2>/dev/null || true)
 mkdir -p /tmp/cufile-shim && cp "$BIN/libs3gdsfs_cufile.so" /tmp/cufile-shim/libcufile.so.0
 drop_page_cache
-LD_LIBRARY_PATH=/tmp/cufile-shim:${LD_LIBRARY_PATH:-} S3GDSFS_CUFILE_REAL=$REAL run kvikio --path $P --local $CKPT
+# kvikio takes cuFile only where /run/udev exists, which containers often lack; OFF asks for it
+# (docs/cufile-preload.md). At its defaults it reads in 4 MiB tasks on one thread.
+LD_LIBRARY_PATH=/tmp/cufile-shim:${LD_LIBRARY_PATH:-} S3GDSFS_CUFILE_REAL=$REAL KVIKIO_COMPAT_MODE=OFF \
+  run kvikio --path $P --local $CKPT
 drop_page_cache
 KVIKIO_COMPAT_MODE=ON run kvikio --path $P --local $CKPT
 echo "== torch.cuda.gds.GdsFile.load_storage with the library preloaded"

@@ -92,7 +92,7 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 	}
 	f.m.OpenHandles.Inc()
 	h := &Handle{f: f, obj: newObject(e), directIO: f.DirectIO(e.Version.Size)}
-	h.blocks = blockReader{h: h, ahead: prefetcher{h: h, window: f.cfg.InitialWindow}}
+	h.blocks = blockReader{h: h, ahead: prefetcher{h: h}}
 	if h.directIO && f.cfg.Splice {
 		// Where the daemon's copy is the cost: the replies go straight
 		// into the reader's buffer.

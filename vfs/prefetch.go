@@ -2,68 +2,202 @@ package vfs
 
 import "sync"
 
-// The prefetcher decides what a handle's blocks fetch ahead of its reader.
+// The prefetcher decides what a handle's blocks fetch ahead of its readers.
 //
-// What it fetches ahead: for a sequential reader, the blocks from the end
-// of what it asked for so far up to window bytes past the read, asked for
-// once less than half the window is left, so that each request is large
-// (ranged GETs of one part each, fetcher.prefetch) rather than one block
-// at a time. A reader that starts at the beginning of the object is fed
-// instead by one GET of the whole object (a stream, fetch.go): the
-// prefetcher claims the window's blocks for it as it would start ranged
-// GETs, and once the stream takes no more claims (it failed, was slow,
-// was overtaken by another reader, or went idle) ranged GETs fetch from
-// where its claims reached. A random read fetches only the blocks it
-// spans, as one GET per part.
+// Whom it follows: the sequential streams of reads through the handle, up
+// to maxStreams of them. One reader is one stream; so is each thread of a
+// loader that reads one file with large preads on one descriptor (the
+// kernel cuts each pread into a run of in-order FUSE reads of at most
+// 1 MiB, one at a time per thread with direct I/O), and each region that
+// threads fault through a mapping of the file (the kernel's readahead
+// sends its reads in order, a few at a time). A read belongs to the stream
+// it continues: one that starts where the stream's last read ended, or,
+// once the stream is sequential, one up to a part behind or two ahead of
+// that (the kernel's readahead and parallel reads arrive out of order);
+// the nearest such stream takes it. A read that continues none starts a
+// new stream there, which fetches only the blocks that read spans (as one
+// GET per part), as a random read does; its next read, if it continues
+// it, makes it sequential. A new stream takes the place of the streams a
+// reader has finished (each one that has run into what another stream
+// read from its start: a thread's pread that reached the next thread's)
+// and, with maxStreams followed, of the one read least recently.
 //
-// When the window grows: it starts at Config.InitialWindow (small, so that
-// the first byte is quick) and doubles with every sequential read that
-// asks for more. A read that starts where the last ended is sequential;
-// once a reader is, reads up to one part behind or two ahead still are
-// (the kernel's readahead and parallel reads arrive out of order).
+// What a stream fetches ahead: the blocks from the end of what it asked
+// for so far up to its window past the read, asked for once less than
+// half the window is left, so that each request is large (ranged GETs of
+// one part each, fetcher.prefetch) rather than one block at a time. It
+// fetches no further than where another stream of the handle started
+// after it: that region is the other stream's to fetch, and a loader's
+// pread does not read on into the next thread's. A reader that starts at
+// the beginning of the object, while it is the handle's only stream, is
+// fed instead by one GET of the whole object (a whole-object stream,
+// fetch.go): the prefetcher claims the window's blocks for it as it would
+// start ranged GETs, and once that stream takes no more claims (it
+// failed, was slow, was overtaken by another reader, or went idle) ranged
+// GETs fetch from where its claims reached. A second stream in the handle
+// ends it (what it claimed still arrives): several readers at once are
+// served by ranged GETs in parallel, which one GET cannot be.
 //
-// What resets it: a read that is not sequential, which also ends the
-// stream (what it claimed still arrives). A spliced GET that ended on an
-// error, or because another handle started reading, hands its reader over
-// as a sequential reader at its place, without a stream (readState).
+// When a window grows: it starts at Config.InitialWindow (small, so that
+// the first byte is quick) and doubles with every sequential read of its
+// stream that asks for more.
 //
 // What bounds it: Config.MaxWindow, and each reading handle's share of
-// half of Config.MemoryLimit (maxWindow), so that many readers all
-// prefetch; prefetches take only memory that is free at once, so a window
-// is never held at the cost of a reader's own block, and what memory did
-// not allow is asked for again at the next read.
+// half of Config.MemoryLimit divided among its streams (windowLimit), so
+// that many readers all prefetch; prefetches take only memory that is free
+// at once, so a window is never held at the cost of a reader's own block,
+// and what memory did not allow is asked for again at the next read.
+//
+// A spliced GET that ended on an error, or because another handle started
+// reading, hands its reader over as a sequential stream at its place,
+// without a whole-object stream (readState).
 type prefetcher struct {
 	h *Handle
 
 	// mu guards the fields below: the handle's reads may come in
 	// parallel. Held only while planning, never while fetching.
 	mu sync.Mutex
-	// nextOff is where a sequential reader reads next.
+	// streams are the sequential readers followed, in no order.
+	streams []*seqStream
+	// last is the stream of the latest read.
+	last *seqStream
+	// clock orders the streams' reads, for eviction.
+	clock uint64
+	// whole feeds wholeFor from one GET while it reads on from the start
+	// of the object, the handle's only stream; nil once ranged GETs
+	// serve it.
+	whole    *stream
+	wholeFor *seqStream
+	// wholeTried: a handle sends at most one whole-object GET.
+	wholeTried bool
+}
+
+// maxStreams is how many sequential readers one handle follows at once:
+// as many as a loader has threads reading one descriptor (and more than
+// the kernel reads ahead for at once in a mapping). Beyond it the reader
+// read least recently loses its stream, and its next read starts anew.
+const maxStreams = 64
+
+// seqStream is one sequential reader of a handle.
+type seqStream struct {
+	// start is where the stream began: other streams fetch no further.
+	start int64
+	// nextOff is where it reads next.
 	nextOff int64
 	// window is how far ahead of the reader the next prefetch reaches.
 	window int64
 	// prefetchedTo is the end of what has been asked for so far.
 	prefetchedTo int64
-	// streak is set while the reader is sequential.
+	// streak is set once the stream has read sequentially.
 	streak bool
-	// stream feeds the reader from one GET while it reads on from the start
-	// of the object; nil once ranged GETs serve it.
-	stream *stream
-	// streamTried: a handle sends at most one whole-object GET.
-	streamTried bool
+	// used is the prefetcher's clock at its latest read.
+	used uint64
 }
 
-// isSequential reports whether a read at off follows the reader: see the
-// tolerances above. Called with p.mu held.
-func (p *prefetcher) isSequential(off int64) bool {
-	if off == p.nextOff {
-		return true
+// continues reports how far a read at off is from where s reads next, and
+// whether it continues s: see the tolerances above.
+func (s *seqStream) continues(off, partSize int64) (dist int64, ok bool) {
+	dist = off - s.nextOff
+	if dist == 0 {
+		return 0, true
 	}
-	if !p.streak {
-		return false
+	if !s.streak || dist < -partSize || dist > 2*partSize {
+		return 0, false
 	}
+	return max(dist, -dist), true
+}
+
+// match returns the stream a read at off continues, the nearest one, or
+// nil. Called with p.mu held.
+func (p *prefetcher) match(off int64) *seqStream {
 	partSize := p.h.f.cfg.PartSize
-	return off >= p.nextOff-partSize && off <= p.nextOff+2*partSize
+	var best *seqStream
+	var bestDist int64
+	for _, s := range p.streams {
+		if d, ok := s.continues(off, partSize); ok && (best == nil || d < bestDist) {
+			best, bestDist = s, d
+		}
+	}
+	return best
+}
+
+// add starts a stream at off, in the place of finished streams and, with
+// maxStreams followed, of the one read least recently. A second stream
+// ends the whole-object stream. Called with p.mu held.
+func (p *prefetcher) add(off int64) *seqStream {
+	kept := p.streams[:0]
+	for _, s := range p.streams {
+		if !p.finished(s) {
+			kept = append(kept, s)
+		} else {
+			p.dropped(s)
+		}
+	}
+	clear(p.streams[len(kept):])
+	p.streams = kept
+	if len(p.streams) >= maxStreams {
+		oldest := 0
+		for i, s := range p.streams {
+			if s.used < p.streams[oldest].used {
+				oldest = i
+			}
+		}
+		p.dropped(p.streams[oldest])
+		p.streams = append(p.streams[:oldest], p.streams[oldest+1:]...)
+	}
+	s := &seqStream{start: off, nextOff: off, window: p.h.f.cfg.InitialWindow}
+	p.streams = append(p.streams, s)
+	if p.whole != nil && len(p.streams) > 1 {
+		p.endWhole()
+	}
+	return s
+}
+
+// finished reports whether s has read to the end of the object, or has
+// run into what another stream read from its start: its reader went on
+// elsewhere, or now reads where the other stream has fetched. Called with p.mu held.
+func (p *prefetcher) finished(s *seqStream) bool {
+	if s.nextOff >= p.h.obj.version.Size {
+		return true // read to the end
+	}
+	for _, t := range p.streams {
+		if t != s && t.start <= s.nextOff && s.nextOff <= t.nextOff && t.start > s.start {
+			return true
+		}
+	}
+	return false
+}
+
+// dropped forgets s: its whole-object stream, if it has one, ends.
+func (p *prefetcher) dropped(s *seqStream) {
+	if p.wholeFor == s {
+		p.endWhole()
+	}
+	if p.last == s {
+		p.last = nil
+	}
+}
+
+// endWhole ends the whole-object stream once what it claimed is in.
+func (p *prefetcher) endWhole() {
+	if p.whole != nil {
+		p.whole.finish()
+	}
+	p.whole, p.wholeFor = nil, nil
+}
+
+// fenceFor is the block at which s's prefetch stops: where the nearest
+// other stream that started at or past end began, or blocks. Called with
+// p.mu held.
+func (p *prefetcher) fenceFor(s *seqStream, end, blocks int64) int64 {
+	fence := blocks
+	bs := int64(p.h.f.cfg.BlockSize)
+	for _, t := range p.streams {
+		if t != s && t.start >= end {
+			fence = min(fence, t.start/bs)
+		}
+	}
+	return fence
 }
 
 // plan follows the read of [off, end), starts what is to be fetched ahead
@@ -75,52 +209,61 @@ func (p *prefetcher) plan(off, end int64) (sequential bool) {
 	p.mu.Lock()
 	if first, at, handedOver := h.st.startBlocks(h); first && handedOver {
 		// A spliced GET served the reader up to at: one GET of the
-		// object has been spent, so no stream.
-		p.nextOff, p.streak, p.streamTried = at, true, true
+		// object has been spent, so no whole-object stream.
+		p.wholeTried = true
+		p.streams = append(p.streams, &seqStream{nextOff: at, window: f.cfg.InitialWindow, streak: true})
 	}
-	sequential = p.isSequential(off)
+	s := p.match(off)
+	sequential = s != nil
+	if s == nil {
+		// The handle's first read, at the beginning: a reader that
+		// starts there reads on (the kernel's readahead treats a first
+		// read at 0 alike).
+		sequential = off == 0 && p.clock == 0
+		s = p.add(off)
+	}
+	p.clock++
+	s.used = p.clock
+	p.last = s
 	var from, to int64
 	if sequential {
-		limit := f.maxWindow() // more files may be reading now
-		p.window = min(p.window, limit)
-		if p.prefetchedTo-end < p.window/2 {
+		limit := f.windowLimit(len(p.streams)) // more files or streams may be reading now
+		s.window = min(s.window, limit)
+		if s.prefetchedTo-end < s.window/2 {
 			blocks := f.fetch.blockCount(h.obj)
-			from = max(p.prefetchedTo, off) / bs
-			to = min((end+p.window+bs-1)/bs, blocks)
-			p.prefetchedTo = to * bs
-			p.window = min(p.window*2, limit)
-			if from == 0 && to < blocks && !p.streamTried && !f.cfg.NoStream {
-				p.streamTried = true
-				p.stream = newStream(f.fetch, h.obj)
+			from = max(s.prefetchedTo, off) / bs
+			to = min((end+s.window+bs-1)/bs, p.fenceFor(s, end, blocks))
+			s.prefetchedTo = max(s.prefetchedTo, to*bs)
+			s.window = min(s.window*2, limit)
+			if from == 0 && to < blocks && len(p.streams) == 1 && !p.wholeTried && !f.cfg.NoStream {
+				p.wholeTried = true
+				p.whole, p.wholeFor = newStream(f.fetch, h.obj), s
 			}
 		}
-		p.nextOff = max(p.nextOff, end)
+		s.nextOff = max(s.nextOff, end)
+		s.streak = true
 	} else {
-		// A random read: only the blocks it needs, and the window starts
-		// small again. Blocks it spans go out as one ranged GET (per part)
+		// A random read, or the first of a new stream: only the blocks
+		// it needs. Blocks it spans go out as one ranged GET (per part)
 		// rather than one round trip after another.
-		p.window = f.cfg.InitialWindow
-		p.prefetchedTo = 0
-		p.nextOff = end
-		if p.stream != nil {
-			p.stream.finish()
-			p.stream = nil
-		}
+		s.nextOff = end
 		if first, last := off/bs, (end-1)/bs; last > first {
 			from, to = first, last+1
 		}
 	}
-	p.streak = sequential
-	s := p.stream
-	h.st.moved(h, p.nextOff, p.streak)
+	var whole *stream
+	if p.wholeFor == s {
+		whole = p.whole
+	}
+	h.st.moved(h, s.nextOff, sequential)
 	p.mu.Unlock()
 	if to > from {
-		if reached := p.fetchAhead(s, from, to); reached < to {
+		if reached := p.fetchAhead(whole, from, to); reached < to {
 			// What was not started is not coming: let the next read ask
 			// again rather than fetch those blocks one at a time.
 			p.mu.Lock()
-			if p.prefetchedTo == to*bs {
-				p.prefetchedTo = reached * bs
+			if s.prefetchedTo == to*bs {
+				s.prefetchedTo = reached * bs
 			}
 			p.mu.Unlock()
 		}
@@ -128,24 +271,29 @@ func (p *prefetcher) plan(off, end int64) (sequential bool) {
 	return sequential
 }
 
-// maxWindow is the largest window a handle may grow to now: MaxWindow, or
-// less when that many reading files could not all hold theirs within half
-// the block memory (the rest is for cache and readers' own blocks). Without
-// the share, 64 readers with 128 MiB windows want four times the default
-// 2 GiB and those whose prefetch finds no memory read block by block. Only
-// handles that have read count: files opened long before they are read, or
-// only for GPU reads, would otherwise shrink every reader's window (a
-// process that opens its 16 files up front made 64 readers' 16 MiB 5 MiB).
-func (f *FS) maxWindow() int64 {
-	share := f.cfg.MemoryLimit / 2 / max(f.readingHandles.Load(), 1)
+// maxWindow is the largest window a handle's one stream may grow to now:
+// see windowLimit.
+func (f *FS) maxWindow() int64 { return f.windowLimit(1) }
+
+// windowLimit is the largest window each of a handle's streams may grow
+// to now: MaxWindow, or less when that many reading files, with so many
+// streams each, could not all hold theirs within half the block memory
+// (the rest is for cache and readers' own blocks). Without the share, 64
+// readers with 128 MiB windows want four times the default 2 GiB and those
+// whose prefetch finds no memory read block by block. Only handles that
+// have read count: files opened long before they are read, or only for
+// GPU reads, would otherwise shrink every reader's window (a process that
+// opens its 16 files up front made 64 readers' 16 MiB 5 MiB).
+func (f *FS) windowLimit(streams int) int64 {
+	share := f.cfg.MemoryLimit / 2 / max(f.readingHandles.Load(), 1) / int64(max(streams, 1))
 	share = share / int64(f.cfg.BlockSize) * int64(f.cfg.BlockSize)
 	return max(min(f.cfg.MaxWindow, share), f.cfg.InitialWindow)
 }
 
-// fetchAhead starts downloads of blocks [from, to): claims for the stream
-// while it is open, ranged GETs otherwise (and for what a stream that has
-// just stopped did not claim: the stream hands over to ranged GETs). It
-// returns the block it reached.
+// fetchAhead starts downloads of blocks [from, to): claims for the
+// whole-object stream while it is open, ranged GETs otherwise (and for
+// what a stream that has just stopped did not claim: the stream hands over
+// to ranged GETs). It returns the block it reached.
 func (p *prefetcher) fetchAhead(s *stream, from, to int64) int64 {
 	if s != nil {
 		reached, open := s.extend(to)
@@ -157,12 +305,19 @@ func (p *prefetcher) fetchAhead(s *stream, from, to int64) int64 {
 	return p.h.f.fetch.prefetch(p.h.obj, from, to)
 }
 
-// close ends the handle's stream once what it claimed is in.
+// window is the window of the stream that read last (0 before any read).
+func (p *prefetcher) window() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		return 0
+	}
+	return p.last.window
+}
+
+// close ends the handle's whole-object stream once what it claimed is in.
 func (p *prefetcher) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stream != nil {
-		p.stream.finish()
-		p.stream = nil
-	}
+	p.endWhole()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,8 +104,8 @@ func TestReaderFromTheStartIsFedByOneWholeObjectGET(t *testing.T) {
 		t.Fatalf("stream did not end as done")
 	}
 	// The window still grew: the stream is read no further than it.
-	if h.blocks.ahead.window != f.cfg.MaxWindow {
-		t.Fatalf("window %d, want %d", h.blocks.ahead.window, f.cfg.MaxWindow)
+	if h.blocks.ahead.window() != f.cfg.MaxWindow {
+		t.Fatalf("window %d, want %d", h.blocks.ahead.window(), f.cfg.MaxWindow)
 	}
 }
 
@@ -330,15 +331,15 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 	}
 	// Files open but not read take no share.
 	readAll(t, hs[0], 0, 4096)
-	if hs[0].blocks.ahead.window != f.cfg.MaxWindow {
-		t.Fatalf("one of 8 open files reading: window %d, want %d", hs[0].blocks.ahead.window, f.cfg.MaxWindow)
+	if hs[0].blocks.ahead.window() != f.cfg.MaxWindow {
+		t.Fatalf("one of 8 open files reading: window %d, want %d", hs[0].blocks.ahead.window(), f.cfg.MaxWindow)
 	}
 	for _, h := range hs[1:] {
 		readAll(t, h, 90*4096, 4096)
 	}
 	readAll(t, hs[0], 0, 4096) // back to the start: the window starts small again
-	if want := int64(64 * 4096 / 2 / 8); hs[0].blocks.ahead.window > want {
-		t.Fatalf("with 8 files reading the window grew to %d bytes, want at most %d", hs[0].blocks.ahead.window, want)
+	if want := int64(64 * 4096 / 2 / 8); hs[0].blocks.ahead.window() > want {
+		t.Fatalf("with 8 files reading the window grew to %d bytes, want at most %d", hs[0].blocks.ahead.window(), want)
 	}
 	for _, h := range hs[1:] {
 		h.Close()
@@ -347,8 +348,8 @@ func TestWindowsShareBlockMemory(t *testing.T) {
 	defer h.Close()
 	defer hs[0].Close()
 	readAll(t, h, 0, 4096)
-	if h.blocks.ahead.window != f.cfg.MaxWindow {
-		t.Fatalf("with 2 files open the window is %d, want %d", h.blocks.ahead.window, f.cfg.MaxWindow)
+	if h.blocks.ahead.window() != f.cfg.MaxWindow {
+		t.Fatalf("with 2 files open the window is %d, want %d", h.blocks.ahead.window(), f.cfg.MaxWindow)
 	}
 }
 
@@ -404,5 +405,121 @@ func TestBlocksPassedAreKeptForReadersBehind(t *testing.T) {
 		if !c.shared && (served < int64(len(data))*3/2 || kept != 0) {
 			t.Errorf("%+v: %d bytes from the store for a %d-byte object, %v blocks kept: want none kept for a reader beyond its window", c, served, len(data), kept)
 		}
+	}
+}
+
+// A loader's threads reading one descriptor: each takes the next chunk and
+// reads it in order, the reads of all of them interleaved. Each is
+// followed as a stream of its own, fed ahead by GETs of several blocks;
+// none fetches into the chunk another stream started in, so with no cache
+// no block comes from the store twice; and a stream whose reader has
+// reached the next chunk's start makes way for the next.
+func TestInterleavedReadersOfOneHandleAreStreamsOfTheirOwn(t *testing.T) {
+	s := newMemStore()
+	const blocks, chunk, threads = 256, 32 * 4096, 4
+	data := randomBytes(blocks*4096, 21)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.CacheSize = -1 // none (testConfig): a block read is gone: a second fetch would show
+	cfg.MemoryLimit = 256 * 4096
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	defer h.Close()
+	var pos [threads]int64 // where each thread reads next; -1: done
+	nextChunk := int64(0)
+	take := func(i int) {
+		if nextChunk >= int64(len(data)) {
+			pos[i] = -1
+			return
+		}
+		pos[i] = nextChunk
+		nextChunk += chunk
+	}
+	for i := range pos {
+		take(i)
+	}
+	reads := 0
+	buf := make([]byte, 4096)
+	for active := threads; active > 0; {
+		active = 0
+		for i := range pos {
+			if pos[i] < 0 {
+				continue
+			}
+			active++
+			n, err := h.ReadAt(context.Background(), buf, pos[i])
+			if err != nil || n != len(buf) || !bytes.Equal(buf, data[pos[i]:pos[i]+4096]) {
+				t.Fatalf("thread %d at %d: n=%d err=%v, or bytes differ", i, pos[i], n, err)
+			}
+			reads++
+			if pos[i] += 4096; pos[i]%chunk == 0 {
+				take(i)
+			}
+		}
+	}
+	gets := s.getLog()
+	t.Logf("%d reads, %d GETs: %v", reads, len(gets), gets)
+	if len(gets)*2 > reads {
+		t.Errorf("%d GETs for %d interleaved sequential reads: want under half as many", len(gets), reads)
+	}
+	// Bytes read from the store: the first read's whole-object GET,
+	// ended by the second stream, is read no further than its claims.
+	if got := s.served.Load(); got != int64(len(data)) {
+		t.Errorf("%d bytes read from the store for a %d-byte object read once", got, len(data))
+	}
+	h.blocks.ahead.mu.Lock()
+	defer h.blocks.ahead.mu.Unlock()
+	if n := len(h.blocks.ahead.streams); n > threads {
+		t.Errorf("%d streams followed after %d threads read on through the chunks: finished ones stay", n, threads)
+	}
+}
+
+// A read that continues no stream starts one; with maxStreams followed,
+// the one read least recently makes way. A stream continues from where its
+// last read ended, and, once sequential, from up to a part behind or two
+// ahead of it, the nearest stream taking the read.
+func TestStreamsAreFoundByTheirPlaceAndTheOldestMakesWay(t *testing.T) {
+	s := newMemStore()
+	const region = 64 * 4096 // a part is 4 blocks: regions far apart
+	s.put("b", "obj", randomBytes((maxStreams+2)*region, 22), "e1")
+	cfg := smallConfig()
+	cfg.NoStream = true
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	defer h.Close()
+	p := &h.blocks.ahead
+	for i := range maxStreams + 1 {
+		off := int64(i+1) * region // not at 0: no first read from the start
+		if p.plan(off, off+4096) {
+			t.Fatalf("first read of region %d taken as sequential", i)
+		}
+		if !p.plan(off+4096, off+2*4096) {
+			t.Fatalf("second read of region %d not taken as sequential", i)
+		}
+	}
+	p.mu.Lock()
+	n := len(p.streams)
+	var starts []int64
+	for _, st := range p.streams {
+		starts = append(starts, st.start)
+	}
+	p.mu.Unlock()
+	if n != maxStreams || slices.Contains(starts, region) {
+		t.Fatalf("%d streams starting at %v: want %d, the first region's gone", n, starts, maxStreams)
+	}
+	// Out of order within a part back or two ahead of a sequential stream.
+	const part = 4 * 4096
+	next := int64(3)*region + 2*4096 // where region 3's stream reads next
+	if !p.plan(next-part, next-part+4096) || !p.plan(next+2*part, next+2*part+4096) {
+		t.Fatal("reads a part behind and two parts ahead of a sequential stream not taken as its")
+	}
+	next += 2*part + 4096
+	if p.plan(next+3*part, next+3*part+4096) {
+		p.mu.Lock()
+		for _, st := range p.streams {
+			t.Logf("stream %d next %d streak %v", st.start, st.nextOff, st.streak)
+		}
+		p.mu.Unlock()
+		t.Fatalf("a read three parts ahead of a stream (at %d) taken as sequential", next+3*part)
 	}
 }

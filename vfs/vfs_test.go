@@ -275,8 +275,8 @@ func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
 	if got := readAll(t, h, 0, 3000); !bytes.Equal(got, data) { // reads not aligned to blocks
 		t.Fatalf("sequential read differs from the object (%d vs %d bytes)", len(got), len(data))
 	}
-	if h.blocks.ahead.window != f.cfg.MaxWindow {
-		t.Fatalf("window = %d after a long sequential read, want the cap %d", h.blocks.ahead.window, f.cfg.MaxWindow)
+	if h.blocks.ahead.window() != f.cfg.MaxWindow {
+		t.Fatalf("window = %d after a long sequential read, want the cap %d", h.blocks.ahead.window(), f.cfg.MaxWindow)
 	}
 	// The first GET is one block (quick first byte); later ones are whole parts.
 	s.mu.Lock()
@@ -469,12 +469,13 @@ func TestPrefetchShortOfMemoryReportsWhereItStopped(t *testing.T) {
 	}()
 	s.put("b", "obj2", randomBytes(64*4096, 5), "e2")
 	h2 := openFile(t, f, "obj2")
-	h2.blocks.ahead.window = 16 * 4096 // as after a few sequential reads
+	st := &seqStream{window: 16 * 4096} // as after a few sequential reads
+	h2.blocks.ahead.streams = []*seqStream{st}
 	h2.blocks.ahead.plan(0, 4096)
 	h2.blocks.ahead.mu.Lock()
 	defer h2.blocks.ahead.mu.Unlock()
-	if h2.blocks.ahead.prefetchedTo > 2*4096 {
-		t.Fatalf("with memory for two blocks the handle expects blocks up to %d, want at most 2", h2.blocks.ahead.prefetchedTo/4096)
+	if st.prefetchedTo > 2*4096 {
+		t.Fatalf("with memory for two blocks the handle expects blocks up to %d, want at most 2", st.prefetchedTo/4096)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -482,5 +484,61 @@ func TestGPUAheadOfAnExitedCallerIsDropped(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(dir, buf))
 	if sha256.Sum256(got[:4<<20]) != sha256.Sum256(testenv.RandomBytes(48, 0, 4<<20)) {
 		t.Fatal("the child's reads landed bytes that differ from the object's")
+	}
+}
+
+// scripts/gpu/inorder_bench.py, against a host stand-in mount: its reads
+// in order in two ioctl sizes land the object (it checks the sha256 it
+// read through POSIX) and it reports each size's rate.
+func TestGPUAheadInOrderBenchScript(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 24<<20 + 5
+	sum := srv.PutRandomObject(t, "data", "big.bin", size, 49)
+	mp, _, d := aheadMount(t, srv, 8<<20, func(c *daemon.Config) { c.GPU.StandinDir = "/dev/shm" })
+	root, _ := filepath.Abs("..")
+	cmd := exec.Command(py, filepath.Join(root, "scripts", "gpu", "inorder_bench.py"), "--device", "host",
+		"--file", filepath.Join(mp, "big.bin"), "--steps", "1MiB,4MiB", "--rounds", "2")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "client", "python"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("inorder_bench.py: %v\n%s", err, out)
+	}
+	var report struct {
+		Bytes int64 `json:"bytes"`
+		Steps map[string]struct {
+			Ioctls int       `json:"ioctls"`
+			GBps   []float64 `json:"gbps"`
+			Errors []string  `json:"errors"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("inorder_bench.py printed %s: %v", out, err)
+	}
+	for step, ioctls := range map[string]int{"1048576": 25, "4194304": 7} {
+		s, ok := report.Steps[step]
+		if !ok || s.Ioctls != ioctls || len(s.GBps) != 2 || len(s.Errors) != 0 || s.GBps[0] <= 0 {
+			t.Fatalf("step %s: %+v, want %d ioctls, two rounds, no errors\n%s", step, s, ioctls, out)
+		}
+	}
+	if report.Bytes != size {
+		t.Fatalf("the script read %d bytes, want %d", report.Bytes, size)
+	}
+	if metricAt(t, d, "gpu_read_ahead_served_bytes_total", "") == 0 {
+		t.Fatal("the script's reads in order were served nothing from readahead")
+	}
+	// Its check can fail: told another sha256, it says so and exits 1.
+	wrong := strings.Repeat("0", len(sum))
+	cmd = exec.Command(py, filepath.Join(root, "scripts", "gpu", "inorder_bench.py"), "--device", "host",
+		"--file", filepath.Join(mp, "big.bin"), "--steps", "4MiB", "--rounds", "1", "--sha256", wrong)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "client", "python"))
+	out, err = cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "want "+wrong) {
+		t.Fatalf("inorder_bench.py told a wrong sha256: %v\n%s", err, out)
 	}
 }

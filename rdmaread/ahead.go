@@ -22,9 +22,11 @@ package rdmaread
 // Config.ReadAhead (--gpu-read-ahead, 256 MiB by default). After each read
 // in order the range ahead is topped up to the window once a quarter of it
 // (or a read's worth) has been consumed, so that GETs are large: the gap is
-// cut into parts as a lone read's range is (partSize: up to Streams GETs of
-// 8 MiB or more), fetched in offset order, at most Streams at a time per
-// file, each taking its turn in the scheduler like any GET.
+// cut into GETs of the window over Streams (aheadPart: 32 MiB for 256 MiB,
+// none under 8 MiB), fetched in offset order, at most Streams at a time per
+// file, each taking its turn in the scheduler like any GET. A whole window
+// is thus Streams large GETs in flight while the reader copies from what
+// has landed.
 //
 // What drops it. A read not where the last one ended (a seek, another
 // device or version), the file's close, its process's exit (the callers'
@@ -404,7 +406,7 @@ func (a *Ahead) topUpLocked() {
 		return
 	}
 	slot := int64(e.cfg.Staging.SlotSize)
-	part := e.partSize(gap, 1)
+	part := e.aheadPart(a.window)
 	for stop := a.end + gap; a.end < stop; {
 		size := min(part, stop-a.end)
 		want := int((size + slot - 1) / slot)
@@ -425,6 +427,20 @@ func (a *Ahead) topUpLocked() {
 		}
 	}
 	a.pumpLocked()
+}
+
+// aheadPart is the range of one readahead GET for a window: the window
+// over Streams, so that a whole window is Streams GETs in flight at once,
+// large ones (a server answers few large ranges more cheaply than many
+// small ones); none under minPart, none over PartSize when that is set.
+func (e *Engine) aheadPart(window int64) int64 {
+	const align = 1 << 20
+	part := max(window/int64(e.cfg.Streams), minPart)
+	part = (part + align - 1) / align * align
+	if e.cfg.PartSize > 0 {
+		part = min(part, e.cfg.PartSize)
+	}
+	return part
 }
 
 // pumpLocked starts the next segments' fetches, in offset order, up to

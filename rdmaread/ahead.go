@@ -354,7 +354,9 @@ func (a *Ahead) begin(e *Engine, r Request, n int64, stager cufile.Stager) bool 
 	if a.closed {
 		return false
 	}
-	a.e = e
+	if a.e == nil {
+		a.e = e
+	}
 	obj := aheadObject{bucket: r.Bucket, key: r.Key, version: r.Version.ID(), size: r.Version.Size}
 	inOrder := a.next >= 0 && a.next == r.Offset && a.device == r.Device && a.object == obj
 	if !inOrder {
@@ -456,13 +458,12 @@ func (a *Ahead) pumpLocked() {
 		s.started = true
 		a.running++
 		a.e.aheadGets.Add(1)
-		go a.fetch(s)
+		go a.fetch(a.e, s)
 	}
 }
 
 // fetch runs one segment's GET into slots it takes only when they are free.
-func (a *Ahead) fetch(s *segment) {
-	e := a.e
+func (a *Ahead) fetch(e *Engine, s *segment) {
 	defer e.aheadGets.Done()
 	stager := s.stager
 	err := func() error {

@@ -224,6 +224,13 @@ func (e *Engine) aheadSlots() float64 {
 // pressure makes every readahead on device give its slots back: a read
 // found none free.
 func (e *Engine) pressure(device int) {
+	if n := e.dropDevice(device); n > 0 {
+		e.log.Debug("GPU readahead dropped: a read found no free staging slot", "device", device, "files", n)
+	}
+}
+
+// dropDevice drops every readahead on device and says how many there were.
+func (e *Engine) dropDevice(device int) int {
 	d := e.aheadDev(device)
 	d.mu.Lock()
 	aheads := make([]*Ahead, 0, len(d.aheads))
@@ -234,9 +241,7 @@ func (e *Engine) pressure(device int) {
 	for _, a := range aheads {
 		a.Drop()
 	}
-	if len(aheads) > 0 {
-		e.log.Debug("GPU readahead dropped: a read found no free staging slot", "device", device, "files", len(aheads))
-	}
+	return len(aheads)
 }
 
 // dropAllAhead drops every readahead and waits for their GETs to end.
@@ -248,7 +253,7 @@ func (e *Engine) dropAllAhead() {
 	}
 	e.mu.Unlock()
 	for _, d := range devs {
-		e.pressure(d)
+		e.dropDevice(d)
 	}
 	e.aheadGets.Wait()
 }

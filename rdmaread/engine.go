@@ -1,7 +1,8 @@
 // Package rdmaread is the GPU read engine: it takes a request to place a
 // range of an object into a caller's device buffer and carries it, over
 // RDMA where a fabric serves it, otherwise over HTTP into pinned staging
-// slots that are copied to the device while the next ones fill. Every
+// slots that are copied to the device while the next ones fill; an open
+// file's reads in order are read ahead into slots it holds (ahead.go). Every
 // result says how its bytes travelled and, for a declined RDMA transfer, why.
 package rdmaread
 

@@ -123,6 +123,16 @@ type Stager interface {
 	// AcquireSlot returns a free slot, reclaiming slots whose copies have
 	// completed; it blocks while every slot is held or being copied.
 	AcquireSlot(ctx context.Context) (*Slot, error)
+	// TryAcquireSlot is AcquireSlot that never waits for a copy: it
+	// returns a free slot (reclaiming completed copies, pinning the ring's
+	// next chunk where it has room) or nil when none is free now. Work
+	// that may do without a slot (reading ahead) takes slots this way,
+	// so that it never queues in front of a read.
+	TryAcquireSlot() *Slot
+	// ReleaseSlot gives back a slot taken with AcquireSlot or
+	// TryAcquireSlot that will not be copied (a held slot's holder may
+	// keep it filled as long as it likes).
+	ReleaseSlot(slot *Slot)
 	// NewCopier starts a request's ordered sequence of copies on one of
 	// the stager's streams (the least used; streams are shared when there
 	// are more requests than streams). It never blocks.
@@ -155,6 +165,12 @@ type Copier interface {
 	// ring once the last copy has completed. A refused piece gets its
 	// error at its index; the others are enqueued.
 	CopyAsyncMany(slot *Slot, pieces []SlotCopy) []error
+	// CopyHeldAsync enqueues a copy of slot.Buf[off:off+n] to dst at
+	// dstOff and leaves the slot with its holder, filled: its bytes may be
+	// copied again, by this copier or another. The holder may refill or
+	// release the slot only once the Sync (or Close) of every copier that
+	// copied from it has returned.
+	CopyHeldAsync(slot *Slot, off, n int, dst Allocation, dstOff uint64) error
 	// CopyDeviceAsync enqueues a device-to-device copy on the copier's
 	// stream, ordered after the copies enqueued before it.
 	CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error

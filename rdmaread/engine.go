@@ -1,7 +1,8 @@
 // Package rdmaread is the GPU read engine: it takes a request to place a
 // range of an object into a caller's device buffer and carries it, over
 // RDMA where a fabric serves it, otherwise over HTTP into pinned staging
-// slots that are copied to the device while the next ones fill. Every
+// slots that are copied to the device while the next ones fill; an open
+// file's reads in order are read ahead into slots it holds (ahead.go). Every
 // result says how its bytes travelled and, for a declined RDMA transfer, why.
 package rdmaread
 
@@ -67,6 +68,10 @@ type Config struct {
 	// per byte for the reader and the server ("GPU: GET bodies on
 	// connections of their own" in docs/benchmarks.md).
 	ClientGets bool
+	// ReadAhead is the largest window by which one open file's GPU reads
+	// in order are read ahead into staging (ahead.go); 0 turns reading
+	// ahead off. Every device's readahead holds at most half its ring.
+	ReadAhead int64
 }
 
 // DefaultConfig is the engine's configuration where a mount sets nothing
@@ -84,6 +89,7 @@ func DefaultConfig() Config {
 		RDMAChunk:     rdmatoken.MaxServerOp,
 		Staging:       cufile.StagerConfig{SlotSize: 4 << 20, Slots: 256, Streams: 8},
 		ReadLimits:    objstore.DefaultReadLimits(),
+		ReadAhead:     DefaultReadAhead,
 	}
 }
 
@@ -109,6 +115,8 @@ func (c Config) Validate() error {
 		return setting.RefuseSize("RDMAChunk", c.RDMAChunk, "between 1MiB and %s", setting.Size(rdmatoken.MaxServerOp))
 	case c.Staging.SlotSize < 64<<10 || c.Staging.SlotSize > 1<<30:
 		return setting.RefuseSize("Staging.SlotSize", int64(c.Staging.SlotSize), "between 64KiB and 1GiB")
+	case c.ReadAhead != 0 && c.ReadAhead < 1<<20:
+		return setting.RefuseSize("ReadAhead", c.ReadAhead, "0 (off) or at least 1MiB")
 	case c.Staging.Streams > 64:
 		return setting.Refuse("Staging.Streams", c.Staging.Streams, "from 1 to 64")
 	}
@@ -128,6 +136,9 @@ type Request struct {
 	Owner       int    // the caller's process, which holds the import
 	UID         uint32 // the caller's user: the host stand-in writes only its files
 	Token       string // a token the caller minted, sent as is
+	// Ahead is the readahead state of the open file read through, or nil
+	// (no readahead).
+	Ahead *Ahead
 }
 
 // Result says what a read delivered and how.
@@ -171,6 +182,10 @@ type Engine struct {
 
 	flights flightTable // HTTP fetches under way that reads may share
 
+	aheadDevs map[int]*aheadDevice // each device's share of its ring for readahead, under mu
+	aheadM    aheadMetrics
+	aheadGets sync.WaitGroup // readahead fetches under way
+
 	// gets sends every GET: parts, flights, RDMA transfers and their
 	// HTTP fallbacks. raw asks for bodies on connections of their own
 	// (unless ClientGets), where the store can hand them over.
@@ -189,7 +204,10 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 		cfg:     cfg,
 		sched:   sched.New(cfg.MaxOps, cfg.MaxBytes),
 		stagers: make(map[int]cufile.Stager),
+
+		aheadDevs: make(map[int]*aheadDevice),
 	}
+	e.aheadM = newAheadMetrics(m.Registry, e.aheadSlots)
 	e.gets = &objstore.Getter{Store: store, ReadTimeout: cfg.ReadTimeout, Retries: cfg.Retries,
 		OnRetry: m.ReadRetries.Inc, Log: log}
 	e.raw = !cfg.ClientGets
@@ -321,9 +339,12 @@ func (e *Engine) Read(ctx context.Context, r Request) (Result, error) {
 	e.reading.Add(1)
 	defer e.reading.Add(-1)
 	var res Result
-	if rdma {
+	switch {
+	case rdma:
 		res, err = e.readRDMA(ctx, r, n, alloc)
-	} else {
+	case r.Ahead != nil && e.cfg.ReadAhead > 0:
+		res, err = e.readAhead(ctx, r, n, alloc)
+	default:
 		res, err = e.readHTTP(ctx, r, n, alloc)
 	}
 	res.Elapsed = time.Since(start)
@@ -519,7 +540,7 @@ func (e *Engine) streamPart(ctx context.Context, r Request, copier cufile.Copier
 func (e *Engine) fillSlots(ctx context.Context, copier cufile.Copier, alloc cufile.Allocation, dst uint64, n int64, read func(p []byte) error) (int64, error) {
 	var moved int64
 	for moved < n {
-		slot, err := e.acquireSlot(ctx, copier)
+		slot, err := e.acquireSlot(ctx, copier, alloc.Device())
 		if err != nil {
 			return moved, err
 		}
@@ -537,10 +558,20 @@ func (e *Engine) fillSlots(ctx context.Context, copier cufile.Copier, alloc cufi
 	return moved, nil
 }
 
-// acquireSlot takes a staging slot for a GET's next bytes. A wait longer
-// than the read timeout counts as the GET's stall: its connection has sat
-// unread that long, and the rest of the range is asked for again.
-func (e *Engine) acquireSlot(ctx context.Context, copier cufile.Copier) (*cufile.Slot, error) {
+// acquireSlot takes a staging slot of device's ring for a GET's next
+// bytes. Readahead gives its slots back before a read waits for one. A
+// wait longer than the read timeout counts as the GET's stall: its
+// connection has sat unread that long, and the rest of the range is asked
+// for again.
+func (e *Engine) acquireSlot(ctx context.Context, copier cufile.Copier, device int) (*cufile.Slot, error) {
+	if e.aheadDev(device).holding() {
+		if st, err := e.stager(device); err == nil {
+			if slot := st.TryAcquireSlot(); slot != nil {
+				return slot, nil
+			}
+		}
+		e.pressure(device)
+	}
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.ReadTimeout)
 	defer cancel()
 	slot, err := copier.AcquireSlot(wctx)
@@ -571,6 +602,7 @@ func (e *Engine) Reap() {
 
 // Close waits for copies and frees staging memory.
 func (e *Engine) Close() error {
+	e.dropAllAhead()
 	e.imports.Close()
 	e.mu.Lock()
 	defer e.mu.Unlock()

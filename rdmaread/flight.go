@@ -377,7 +377,7 @@ func (e *Engine) streamFlight(f *flight, copier cufile.Copier) error {
 	return e.gets.Fetch(f.ctx, rng, e.raw, nil, func(body *objstore.Body, pos int64) (int64, error) {
 		start := pos
 		for pos < f.end {
-			slot, err := e.acquireSlot(f.ctx, copier)
+			slot, err := e.acquireSlot(f.ctx, copier, f.key.device)
 			if err != nil {
 				return pos - start, err
 			}

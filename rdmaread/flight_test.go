@@ -36,10 +36,12 @@ type memStore struct {
 	gets atomic.Int64
 	gate chan struct{}
 	cut  atomic.Int64 // >0: the first body breaks after this many bytes
+	// replaced: the object is another version now; every GET fails.
+	replaced atomic.Bool
 }
 
 func (s *memStore) GetRange(ctx context.Context, bucket, key string, off, n int64, v objstore.Version) (io.ReadCloser, error) {
-	if v.ETag != s.etag || v.Size != int64(len(s.data)) {
+	if s.replaced.Load() || v.ETag != s.etag || v.Size != int64(len(s.data)) {
 		return nil, objstore.ErrChanged
 	}
 	s.gets.Add(1)

@@ -122,6 +122,7 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--block-size", "100", mp}, "--block-size 100: at least 4096 bytes"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--rdma-chunk", "4KiB", mp}, "--rdma-chunk 4KiB: "},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--staging-slot-size", "1KiB", mp}, "--staging-slot-size 1KiB: "},
+		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--gpu-read-ahead", "4KiB", mp}, "--gpu-read-ahead 4KiB: 0 (off) or at least 1MiB"},
 		{[]string{"mount", "--endpoint", "http://127.0.0.1:1", "--gpu", "off", "--rdma", "loopback", mp}, "--rdma loopback: needs GPU reads"},
 		// An unknown -o option is named without its value, which may be a
 		// secret; a quoted value keeps its commas.
@@ -163,9 +164,9 @@ func TestFlagsReachTheConfiguration(t *testing.T) {
 		t.Errorf("defaults differ from daemon.Default: GPU %+v read %+v metrics %+v", def.GPU.Config, def.Read, def.Metrics)
 	}
 	got := mountConfig(t, "--endpoint", "http://127.0.0.1:1", "--staging-slot-size", "2MiB", "-o", "staging_streams=3,read_timeout=7s,retries=0",
-		"--gid", "4294967294", "--meta-ttl", "0", "--pprof", "--gpu-raw-gets=false")
+		"--gid", "4294967294", "--meta-ttl", "0", "--pprof", "--gpu-raw-gets=false", "-o", "gpu_read_ahead=0")
 	if got.GPU.Staging.SlotSize != 2<<20 || got.GPU.Staging.Streams != 3 || got.Read.ReadTimeout != 7*time.Second || got.Read.Retries != 0 ||
-		got.FS.GID != 4294967294 || got.Core.MetaTTL != 0 || !got.Metrics.Pprof || !got.GPU.ClientGets {
+		got.FS.GID != 4294967294 || got.Core.MetaTTL != 0 || !got.Metrics.Pprof || !got.GPU.ClientGets || got.GPU.ReadAhead != 0 {
 		t.Errorf("flags not applied: staging %+v, read %+v, gid %d, meta-ttl %v, pprof %v, client gets %v",
 			got.GPU.Staging, got.Read, got.FS.GID, got.Core.MetaTTL, got.Metrics.Pprof, got.GPU.ClientGets)
 	}

@@ -308,6 +308,40 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 	}
 }
 
+// TryAcquireSlot takes a free slot as acquire does, but never waits for a
+// copy: nil when none is free and the ring cannot grow now.
+func (s *stager) TryAcquireSlot() *cufile.Slot {
+	for {
+		s.mu.Lock()
+		if len(s.free) == 0 && !s.closed {
+			s.mu.Unlock()
+			s.reclaim(s.streams...)
+			s.mu.Lock()
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return nil
+		}
+		if n := len(s.free); n > 0 {
+			slot := s.free[n-1]
+			s.free = s.free[:n-1]
+			slot.state = slotHeld
+			s.mu.Unlock()
+			return slot.public()
+		}
+		if s.growing || len(s.slots) >= s.cfg.Slots || !time.Now().After(s.growAfter) {
+			s.mu.Unlock()
+			return nil
+		}
+		s.growing = true
+		k := s.chunkSlots()
+		s.mu.Unlock()
+		s.grow(k)
+	}
+}
+
+func (s *stager) ReleaseSlot(slot *cufile.Slot) { s.release(slot) }
+
 func addSince(total *atomic.Int64, start time.Time) {
 	if total != nil {
 		total.Add(int64(time.Since(start)))
@@ -712,6 +746,34 @@ func (c *copier) CopyAsyncMany(p *cufile.Slot, pieces []cufile.SlotCopy) []error
 	s.mu.Unlock()
 	st.enqueue.Unlock()
 	return errs
+}
+
+// CopyHeldAsync enqueues the copy of slot.Buf[off:off+n] to dst at dstOff
+// and leaves the slot held: its holder keeps the bytes to copy again. The
+// copy records the slot's fence, which nothing waits on while the slot is
+// held, so the copier's Sync synchronises its whole stream, as after a
+// device-to-device copy.
+func (c *copier) CopyHeldAsync(p *cufile.Slot, off, n int, dst cufile.Allocation, dstOff uint64) error {
+	s := c.s
+	s.mu.Lock()
+	slot, ok := s.ownsLocked(p, slotHeld)
+	s.mu.Unlock()
+	if !ok {
+		return errors.New("cufile: CopyHeldAsync of a slot not held from this stager")
+	}
+	if off < 0 || off > len(slot.Buf) {
+		return fmt.Errorf("%w: piece at %d of a %d-byte slot", cufile.ErrOutOfRange, off, len(slot.Buf))
+	}
+	if err := c.checkCopy(len(slot.Buf)-off, n, dst, dstOff); err != nil || n == 0 {
+		return err
+	}
+	st := c.stream
+	st.enqueue.Lock()
+	defer st.enqueue.Unlock()
+	s.mu.Lock()
+	c.unfenced = true // read by syncTarget under the lock
+	s.mu.Unlock()
+	return c.enqueue(slot, slot.Buf[off:off+n], dst, dstOff)
 }
 
 // CopyDeviceAsync enqueues a device-to-device copy of n bytes from src at

@@ -41,18 +41,21 @@ var _ Engine = (*rdmaread.Engine)(nil)
 // process read is released, or when it exits without releasing them (Reap),
 // so a killed reader never leaves the daemon holding memory its exporter
 // freed. A file is whatever the caller's layer names an open file by (a
-// comparable value, such as a pointer to its handle).
+// comparable value, such as a pointer to its handle). Each file read through
+// has its GPU readahead state (rdmaread.Ahead), dropped when the file
+// closes or a process that read through it exits.
 type Table struct {
 	engine Engine
 
-	mu    sync.Mutex
-	files map[int]map[any]struct{} // process id -> the open files it read through
-	tgids map[int]int              // thread id -> process id
+	mu     sync.Mutex
+	files  map[int]map[any]struct{} // process id -> the open files it read through
+	tgids  map[int]int              // thread id -> process id
+	aheads map[any]*rdmaread.Ahead  // open file -> its readahead
 }
 
 // New keeps the callers of the engine's reads.
 func New(e Engine) *Table {
-	return &Table{engine: e, files: map[int]map[any]struct{}{}, tgids: map[int]int{}}
+	return &Table{engine: e, files: map[int]map[any]struct{}{}, tgids: map[int]int{}, aheads: map[any]*rdmaread.Ahead{}}
 }
 
 // Errors of a request the engine's backend cannot take.
@@ -75,7 +78,7 @@ func (c *Table) Read(ctx context.Context, file any, tid int, uid uint32, req abi
 		return rdmaread.Result{}, errHostHandle
 	}
 	owner := c.tgid(tid)
-	c.add(owner, file)
+	ahead := c.add(owner, file)
 	res, err := c.engine.Read(ctx, rdmaread.Request{
 		Bucket: bucket, Key: key, Version: v,
 		// Offsets of 2^62 and more are past any object's end (2^63 and
@@ -83,6 +86,7 @@ func (c *Table) Read(ctx context.Context, file any, tid int, uid uint32, req abi
 		Offset: int64(min(req.Offset, 1<<62)), Length: int64(min(req.Length, 1<<62)),
 		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
 		DstOffset: req.DstOffset, Flags: req.Flags, Owner: owner, UID: uid, Token: req.Token(),
+		Ahead: ahead,
 	})
 	return res, rdmaread.IoctlError(err)
 }
@@ -116,7 +120,8 @@ func (c *Table) tgid(tid int) int {
 	return p
 }
 
-func (c *Table) add(tgid int, file any) {
+// add notes that tgid reads through file and returns the file's readahead.
+func (c *Table) add(tgid int, file any) *rdmaread.Ahead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	set, ok := c.files[tgid]
@@ -125,6 +130,12 @@ func (c *Table) add(tgid int, file any) {
 		c.files[tgid] = set
 	}
 	set[file] = struct{}{}
+	a, ok := c.aheads[file]
+	if !ok {
+		a = rdmaread.NewAhead()
+		c.aheads[file] = a
+	}
+	return a
 }
 
 // Released is called when file closes; callers left with no open file lose
@@ -135,6 +146,8 @@ func (c *Table) Released(file any) {
 	}
 	var gone []int
 	c.mu.Lock()
+	ahead := c.aheads[file]
+	delete(c.aheads, file)
 	for tgid, set := range c.files {
 		if _, ok := set[file]; !ok {
 			continue
@@ -146,6 +159,7 @@ func (c *Table) Released(file any) {
 		}
 	}
 	c.mu.Unlock()
+	ahead.Close()
 	for _, tgid := range gone {
 		c.engine.ReleaseOwner(tgid)
 	}
@@ -162,14 +176,30 @@ func (c *Table) Reap(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		c.mu.Lock()
-		for tgid := range c.files {
-			if !cufile.ProcessAlive(tgid) {
-				delete(c.files, tgid)
-			}
-		}
-		clear(c.tgids)
-		c.mu.Unlock()
-		c.engine.Reap()
+		c.reap()
 	}
+}
+
+// reap forgets the callers that have exited and drops the readahead of
+// the files they read through (a file another process shares reads
+// ahead again once read in order), then closes their imports.
+func (c *Table) reap() {
+	var drop []*rdmaread.Ahead
+	c.mu.Lock()
+	for tgid, set := range c.files {
+		if !cufile.ProcessAlive(tgid) {
+			for file := range set {
+				if a := c.aheads[file]; a != nil {
+					drop = append(drop, a)
+				}
+			}
+			delete(c.files, tgid)
+		}
+	}
+	clear(c.tgids)
+	c.mu.Unlock()
+	for _, a := range drop {
+		a.Drop()
+	}
+	c.engine.Reap()
 }

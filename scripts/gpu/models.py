@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 def emit(kind, a, secs, ok, **extra):
     n = os.path.getsize(a.local)
-    rec = {"kind": kind, "path": a.path, "bytes": n, "seconds": round(secs, 4),
+    rec = {"kind": a.label or kind, "path": a.path, "bytes": n, "seconds": round(secs, 4),
            "gbps": round(n / secs / 1e9, 3), "same": ok, **extra}
     print(json.dumps(rec), flush=True)
 
@@ -163,6 +163,7 @@ def main():
         p.add_argument("--local", required=True)
         p.add_argument("--chunk-mib", type=int, default=4)
         p.add_argument("--threads", type=int, default=16)
+        p.add_argument("--label", help="the name the figure is printed under (default: the command's)")
     a = ap.parse_args()
     cmds[a.cmd](a)
 

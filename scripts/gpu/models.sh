@@ -3,7 +3,8 @@
 # measured against the bound of one object on this server in the same run: raw ranged GETs of
 # the checkpoint with 8 and 16 streams of 64 MiB (s3load). One safetensors checkpoint of GB GB:
 #   - s3gds.load_safetensors: the first load on a freshly started mount, then two more;
-#   - one thread of GPU-read ioctls in order, 4 MiB and 64 MiB;
+#   - one thread of GPU-read ioctls in order, 4 MiB and 64 MiB, with the daemon's readahead and
+#     without it (--gpu-read-ahead 0, on a mount of its own at the end);
 #   - THREADS threads of CHUNK MiB preads into pinned memory, from the mount and from tmpfs;
 #   - safetensors.torch.load_file(device="cuda"), from the mount and from tmpfs;
 #   - kvikio's CuFile.pread at its defaults (KVIKIO_COMPAT_MODE=OFF) with libs3gdsfs_cufile.so as
@@ -70,6 +71,10 @@ LD_PRELOAD=$BIN/libs3gdsfs_cufile.so run gds --path $P --local $CKPT
 
 python3 -c 'import urllib.request; open("'"$OUT"'/metrics.txt","w").write(urllib.request.urlopen("http://127.0.0.1:9737/metrics").read().decode())' || true
 unmount_s3gdsfs | tee "$OUT/daemon_memory.txt"
+echo "== GPU-read ioctls in order without readahead (--gpu-read-ahead 0), the reference"
+mount_s3gdsfs models-noahead.log --gpu-read-ahead 0 ${MOUNT_FLAGS:-}
+for c in 4 64; do run ioctl --path $P --local $CKPT --chunk-mib $c --label ioctl-noahead; done
+unmount_s3gdsfs > /dev/null
 python3 - "$J" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]

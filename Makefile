@@ -55,11 +55,17 @@ build-demo:
 
 # preload: libs3gdsfs_cufile.so, cuFile reads of s3gdsfs files through the
 # GPU read ioctl, for LD_PRELOAD (docs/cufile-preload.md). gcc and libc only.
+# The same library named libcufile.so.0 (its soname too), for programs that load
+# NVIDIA's libcufile by that name themselves, as kvikio does through cuda.pathfinder:
+# preloaded, it is the libcufile.so.0 they find already loaded (docs/cufile-preload.md).
 PRELOAD_LIB := bin/libs3gdsfs_cufile.so
+DROPIN_LIB  := bin/cufile/libcufile.so.0
 preload:
-	mkdir -p $(dir $(PRELOAD_LIB))
+	mkdir -p $(dir $(PRELOAD_LIB)) $(dir $(DROPIN_LIB))
 	gcc -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror \
 	  -Iclient/c -o $(PRELOAD_LIB) cufile-preload/src/s3gdsfs_cufile.c -ldl -lpthread
+	gcc -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -Wl,-soname,libcufile.so.0 \
+	  -Iclient/c -o $(DROPIN_LIB) cufile-preload/src/s3gdsfs_cufile.c -ldl -lpthread
 
 # test-preload: the library against fake libcufile and libcuda, through a
 # real mount (cufile-preload/preload_test.go builds its own copies).
@@ -96,6 +102,8 @@ install: build preload
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(SBINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)/examples" "$(DESTDIR)$(LIBDIR)"
 	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/s3gdsfs"
 	install -m 0755 $(PRELOAD_LIB) "$(DESTDIR)$(LIBDIR)/libs3gdsfs_cufile.so"
+	install -d "$(DESTDIR)$(LIBDIR)/s3gdsfs"
+	install -m 0755 $(DROPIN_LIB) "$(DESTDIR)$(LIBDIR)/s3gdsfs/libcufile.so.0"
 	ln -sfn "$(BINDIR)/s3gdsfs" "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"
 	for u in $(UNITS); do \
 		sed 's|/usr/local/bin/s3gdsfs|$(BINDIR)/s3gdsfs|g; s|/usr/local/share/doc/s3gdsfs|$(DOCDIR)|g' $$u > "$(DESTDIR)$(UNITDIR)/$$(basename $$u)" && \
@@ -117,7 +125,8 @@ install: build preload
 	@echo "installed $(DESTDIR)$(BINDIR)/s3gdsfs and the mount helper $(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"
 
 uninstall:
-	rm -f "$(DESTDIR)$(BINDIR)/s3gdsfs" "$(DESTDIR)$(LIBDIR)/libs3gdsfs_cufile.so"
+	rm -f "$(DESTDIR)$(BINDIR)/s3gdsfs" "$(DESTDIR)$(LIBDIR)/libs3gdsfs_cufile.so" "$(DESTDIR)$(LIBDIR)/s3gdsfs/libcufile.so.0"
+	rmdir "$(DESTDIR)$(LIBDIR)/s3gdsfs" 2>/dev/null || true
 	if [ -L "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs" ]; then rm -f "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"; fi
 	rm -f $(foreach u,$(UNITS),"$(DESTDIR)$(UNITDIR)/$(notdir $(u))")
 	rm -f $(foreach f,$(DOCS),"$(DESTDIR)$(DOCDIR)/$(notdir $(f))") $(foreach f,$(UNIT_EXAMPLES),"$(DESTDIR)$(DOCDIR)/examples/$(notdir $(f))")
@@ -147,8 +156,8 @@ gpu-bundle:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3load ./bench/s3load
 	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
-	$(MAKE) preload && cp $(PRELOAD_LIB) $(GPU_BUNDLE)/
-	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw libs3gdsfs_cufile.so; do xz -6 -T0 -f $$f; done
+	$(MAKE) preload && cp $(PRELOAD_LIB) $(DROPIN_LIB) $(GPU_BUNDLE)/
+	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load versitygw libs3gdsfs_cufile.so libcufile.so.0; do xz -6 -T0 -f $$f; done
 	@ls -la $(GPU_BUNDLE)
 
 # posix-bundle: the POSIX benchmark for a machine with more cores and no Go

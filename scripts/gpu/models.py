@@ -124,6 +124,7 @@ def load(a):
 def kvikio_pread(a):
     import cupy
     import kvikio
+    import kvikio.defaults
     import torch
     n = os.path.getsize(a.local)
     dst = cupy.empty(n, dtype=cupy.uint8)
@@ -135,8 +136,8 @@ def kvikio_pread(a):
     secs = time.perf_counter() - t0
     ref = device_ref(a)
     ok = got == n and bool(torch.equal(torch.as_tensor(dst, device="cuda"), ref))
-    emit("kvikio", a, secs, ok, compat=str(kvikio.defaults.compat_mode()), threads=kvikio.defaults.num_threads(),
-         task_size=kvikio.defaults.task_size())
+    emit("kvikio", a, secs, ok, compat=str(kvikio.defaults.get("compat_mode")),
+         threads=kvikio.defaults.get("num_threads"), task_size=kvikio.defaults.get("task_size"))
 
 
 def gds(a):

@@ -57,11 +57,11 @@ drop_page_cache; run loadfile --path $P --local $CKPT
 run loadfile --path $CKPT --local $CKPT
 echo "== kvikio CuFile.pread"
 REAL=$(python3 -c 'import glob,nvidia.cufile,os; print(sorted(glob.glob(os.path.join(os.path.dirname(nvidia.cufile.__file__),"lib","libcufile.so*")))[0])' 2>/dev/null || true)
-mkdir -p /tmp/cufile-shim && cp "$BIN/libs3gdsfs_cufile.so" /tmp/cufile-shim/libcufile.so.0
 drop_page_cache
-# kvikio takes cuFile only where /run/udev exists, which containers often lack; OFF asks for it
-# (docs/cufile-preload.md). At its defaults it reads in 4 MiB tasks on one thread.
-LD_LIBRARY_PATH=/tmp/cufile-shim:${LD_LIBRARY_PATH:-} S3GDSFS_CUFILE_REAL=$REAL KVIKIO_COMPAT_MODE=OFF \
+# kvikio loads the libcufile.so.0 of NVIDIA's wheel itself, so the library goes in ahead of it
+# under that soname; kvikio takes cuFile only where /run/udev exists, which containers often
+# lack, so OFF asks for it (docs/cufile-preload.md). At its defaults it reads in 4 MiB tasks.
+LD_PRELOAD=$BIN/libcufile.so.0 S3GDSFS_CUFILE_REAL=$REAL KVIKIO_COMPAT_MODE=OFF \
   run kvikio --path $P --local $CKPT
 drop_page_cache
 KVIKIO_COMPAT_MODE=ON run kvikio --path $P --local $CKPT

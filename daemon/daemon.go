@@ -51,6 +51,8 @@ type Daemon struct {
 	stop    context.CancelFunc
 	closing sync.Once
 	s3      *objstore.Minio // the client it built (none when handed a store), whose kept connections go at shutdown
+	// failures logs the S3 requests that fail once the mount is up.
+	failures *failureLog
 
 	unmountMu sync.Mutex
 	unmounted bool // Unmount succeeded (or detached): later calls do nothing
@@ -122,7 +124,8 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
 		func() float64 { return float64(core.Blocks().Stats().CachedBytes) },
 	)
-	store := metered(base, d.Metrics)
+	d.failures = newFailureLog(cfg.Log)
+	store := metered(logFailures(base, d.failures), d.Metrics)
 	spliceOn, spliceWhyNot, err := resolveSplice(cfg, base)
 	if err != nil {
 		return nil, err
@@ -149,6 +152,7 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	if err != nil {
 		return nil, explainCheck(err, cfg)
 	}
+	d.failures.armed.Store(true)
 
 	if d.GPU, err = newGPU(cfg, store, d.Metrics); err != nil {
 		return nil, err
@@ -188,7 +192,11 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		go func(engine *rdmaread.Engine) {
 			start := time.Now()
 			if err := engine.Prepare(bg); err != nil {
-				cfg.Log.Info("GPU reads not prepared ahead", "reason", err)
+				level := slog.LevelInfo
+				if errors.Is(err, cufile.ErrNoDriver) {
+					level = slog.LevelDebug // said at start
+				}
+				cfg.Log.Log(bg, level, "GPU reads not prepared ahead", "reason", err)
 				return
 			}
 			cfg.Log.Info("GPU reads prepared", "seconds", time.Since(start).Seconds())
@@ -358,7 +366,13 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 		cfg.Log.Warn("GPU reads go to host memory files (host stand-in, a test aid): no device memory is used", "dir", cfg.GPU.StandinDir)
 	case "auto":
 		backend, err = cuda.New()
-		if err != nil {
+		switch {
+		case errors.Is(err, cufile.ErrNoDriver):
+			// A host without a GPU, the common case: one quiet line, the
+			// loader's words for those who ask for them.
+			cfg.Log.Info("no CUDA driver (libcuda.so.1) on this host: GPU reads answer ENODEV; POSIX reads are unaffected")
+			cfg.Log.Debug("loading the CUDA driver", "err", err)
+		case err != nil:
 			cfg.Log.Info("GPU reads unavailable: GPU read ioctls will answer ENODEV", "reason", err)
 		}
 		if backend == nil {
@@ -384,11 +398,13 @@ func (d *Daemon) Unmount() error {
 			d.shutdown()
 			return nil
 		}
-		d.cfg.Log.Warn("unmount failed, retrying", "mountpoint", d.cfg.Mountpoint, "err", err)
+		// Busy while files are open, the common case: whoever unmounts
+		// says what it waits for (the command, once).
+		d.cfg.Log.Debug("unmount failed, retrying", "mountpoint", d.cfg.Mountpoint, "err", strings.TrimSpace(err.Error()))
 		time.Sleep(200 * time.Millisecond)
 	}
 	if lerr := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH); lerr == nil {
-		d.cfg.Log.Warn("mount was busy: detached lazily", "mountpoint", d.cfg.Mountpoint)
+		d.cfg.Log.Debug("mount busy: detached lazily", "mountpoint", d.cfg.Mountpoint, "open_files", d.OpenFiles())
 		d.unmounted = true
 		d.shutdown()
 		return nil

@@ -22,7 +22,7 @@ import time
 # Packages that run long without a line; said when they start.
 SLOW = {
     "integration": "about 200 s: tests through real FUSE mounts",
-    "cmd/s3gdsfs": "about 60 s: the built command, mounts and make install",
+    "cmd/s3gdsfs": "about 35 s: the built command, its mounts and make install",
     "client/python/gotest": "pytest on a mount, when the Python environment is there",
 }
 STILL_RUNNING_AFTER = 60  # seconds before a package without a result is named

@@ -11,6 +11,12 @@ DEMO_BIN        := bin/s3gdsfs-demo
 STATIC_DEMO_BIN := bin/s3gdsfs-demo-static
 BENCH_OUT  ?= out/bench
 
+# VERSION is the release of the binary and of the Python package
+# (client/python/s3gds/_version.py, which TestOneVersion holds to it); its
+# first number is the ioctl ABI's.
+VERSION    := $(shell cat VERSION)
+GO_LDFLAGS := -X main.version=$(VERSION)
+
 # versitygw is the real S3 server the tests and the benchmark talk to.
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW_MODULE  := github.com/versity/versitygw/cmd/versitygw
@@ -18,13 +24,23 @@ GOBIN_DIR := $(shell d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPAT
 # Tests and the benchmark find the server through this variable.
 export VERSITYGW ?= $(GOBIN_DIR)/versitygw
 
-.PHONY: all help deps bench-deps versitygw build build-demo build-static gpu-bundle posix-bundle preload test-preload test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
+.PHONY: all help print-go-ldflags deps bench-deps versitygw build build-demo build-static gpu-bundle posix-bundle preload test-preload test test-race go-fuse-check go-fuse-test demo bench bench-rdma bench-scaling fmt fmt-check vet clean
 
 all: build
 
 help:
-	@echo "targets: deps bench-deps build build-demo build-static preload test test-preload test-race go-fuse-check go-fuse-test demo bench fmt fmt-check vet clean"
-	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'"
+	@echo "first:   demo (try it), build, test (about 3 GB of Python wheels the first time: README.md)"
+	@echo "build:   build build-demo build-static preload gpu-bundle posix-bundle"
+	@echo "test:    test test-python python-venv test-preload test-race go-fuse-check go-fuse-test fmt-check vet"
+	@echo "install: install uninstall (PREFIX, DESTDIR, INSTALL_PYTHON=no: docs/operations.md)"
+	@echo "measure: bench bench-rdma bench-scaling"
+	@echo "other:   deps bench-deps versitygw fmt clean"
+	@echo "knobs:   DEMO_FLAGS='...'  BENCH_FLAGS='-runs 1 -size-scale 0.25 -skip-peers'  PY_VENV=...  PY_WHEELS=..."
+
+# print-go-ldflags: what the builds stamp into the binaries (the tests
+# build with it).
+print-go-ldflags:
+	@echo '$(GO_LDFLAGS)'
 
 # deps: what `make test` needs (versitygw, fusermount3).
 deps: versitygw
@@ -47,7 +63,7 @@ versitygw:
 	fi
 
 build: build-demo
-	$(GO) build -o $(BIN) ./cmd/s3gdsfs
+	$(GO) build -ldflags='$(GO_LDFLAGS)' -o $(BIN) ./cmd/s3gdsfs
 
 # build-demo: bin/s3gdsfs-demo, which make demo runs.
 build-demo:
@@ -95,7 +111,11 @@ PY_PROJECT := client/python/pyproject.toml
 # The units name the binary by its installed path.
 UNITS := contrib/systemd/s3gdsfs@.service
 UNIT_EXAMPLES := contrib/systemd/mnt-data.mount contrib/systemd/s3gdsfs-example.env
-DOCS := README.md docs/operations.md
+# Every doc, flat in DOCDIR, so that their links between them resolve
+# there (README.md's docs/X.md become X.md); the two README.md links
+# outside docs/ keep their folders.
+DOCS := README.md $(wildcard docs/*.md docs/*.png)
+DOCS_NESTED := client/README.md third_party/go-fuse/PATCHES.md
 
 .PHONY: install uninstall
 install: build preload
@@ -112,7 +132,11 @@ install: build preload
 	for f in $(UNIT_EXAMPLES); do \
 		sed 's|/usr/local/bin/s3gdsfs|$(BINDIR)/s3gdsfs|g' $$f > "$(DESTDIR)$(DOCDIR)/examples/$$(basename $$f)" || exit 1; \
 	done
-	install -m 0644 $(DOCS) "$(DESTDIR)$(DOCDIR)/"
+	install -m 0644 $(filter-out README.md,$(DOCS)) "$(DESTDIR)$(DOCDIR)/"
+	sed 's|](docs/|](|g' README.md > "$(DESTDIR)$(DOCDIR)/README.md" && chmod 0644 "$(DESTDIR)$(DOCDIR)/README.md"
+	for f in $(DOCS_NESTED); do \
+		install -D -m 0644 $$f "$(DESTDIR)$(DOCDIR)/$$f" || exit 1; \
+	done
 	@if [ "$(INSTALL_PYTHON)" != yes ]; then \
 		echo "install: the Python client skipped (INSTALL_PYTHON=$(INSTALL_PYTHON))"; \
 	elif [ ! -f $(PY_PROJECT) ]; then \
@@ -130,7 +154,9 @@ uninstall:
 	if [ -L "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs" ]; then rm -f "$(DESTDIR)$(SBINDIR)/mount.fuse.s3gdsfs"; fi
 	rm -f $(foreach u,$(UNITS),"$(DESTDIR)$(UNITDIR)/$(notdir $(u))")
 	rm -f $(foreach f,$(DOCS),"$(DESTDIR)$(DOCDIR)/$(notdir $(f))") $(foreach f,$(UNIT_EXAMPLES),"$(DESTDIR)$(DOCDIR)/examples/$(notdir $(f))")
-	rmdir "$(DESTDIR)$(DOCDIR)/examples" "$(DESTDIR)$(DOCDIR)" 2>/dev/null || true
+	rm -f $(foreach f,$(DOCS_NESTED),"$(DESTDIR)$(DOCDIR)/$(f)")
+	rmdir "$(DESTDIR)$(DOCDIR)/examples" "$(DESTDIR)$(DOCDIR)/client" "$(DESTDIR)$(DOCDIR)/third_party/go-fuse" \
+		"$(DESTDIR)$(DOCDIR)/third_party" "$(DESTDIR)$(DOCDIR)" 2>/dev/null || true
 	@if [ "$(INSTALL_PYTHON)" != yes ] || [ ! -f $(PY_PROJECT) ]; then \
 		echo "uninstall: the Python client left alone"; \
 	elif [ -n "$(DESTDIR)" ]; then \
@@ -145,7 +171,7 @@ uninstall:
 # Static, stripped binaries to copy onto other machines: the command, and
 # the demo to try it there.
 build-static:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_BIN) ./cmd/s3gdsfs
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(GO_LDFLAGS)' -o $(STATIC_BIN) ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_DEMO_BIN) ./cmd/s3gdsfs-demo
 
 # gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load and versitygw,
@@ -153,7 +179,7 @@ build-static:
 GPU_BUNDLE := .dev/gpu
 gpu-bundle:
 	mkdir -p $(GPU_BUNDLE)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(GO_LDFLAGS)' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3load ./bench/s3load
 	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
 	$(MAKE) preload && cp $(PRELOAD_LIB) $(DROPIN_LIB) $(GPU_BUNDLE)/
@@ -200,21 +226,31 @@ posix-bundle: gpu-bundle bench-deps
 GOFUSE_SKIP      := ^(TestForget|TestOnForget|TestReadResultPipeSpliceMove)$$
 GOFUSE_RACE_SKIP := $(GOFUSE_SKIP)
 
-test: deps go-fuse-check preload test-python
+# The Go tests' events go through scripts/test-summary.py: a line per
+# package, a line as a slow one starts, and at the end the tests run,
+# skipped (by reason) and failed, and pytest's summary line (client/python's
+# suite runs among them, in the environment python-venv makes).
+test: deps go-fuse-check preload python-venv
 	$(GO) vet ./...
-	$(GO) test -count=1 -p 2 -timeout 40m ./...
 	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test
+	set -o pipefail; S3GDS_TEST_PYTHON='$(PY_VENV)/bin/python' \
+	  $(GO) test -json -count=1 -p 2 -timeout 40m ./... | scripts/test-summary.py
 
 # test-python: client/python's pytest suite on a real mount (client/python/gotest
 # starts versitygw and a host stand-in daemon), in the virtual environment
 # client/python/dev/venv.sh keeps outside the tree with the pinned packages
-# (the first run downloads torch and its CUDA runtime wheels, ~2.4 GB; later
-# runs only check versions). The test skips under a plain `go test ./...`.
-.PHONY: test-python
+# (python-venv). The first run downloads torch and its CUDA runtime wheels,
+# about 3.0 GB, into PY_WHEELS, and installs them, 5.7 GB, into PY_VENV;
+# later runs only check versions, and a new environment installs from
+# PY_WHEELS without downloading. The test skips under a plain `go test ./...`.
+.PHONY: test-python python-venv
 PY_VENV ?= $(HOME)/.cache/s3gdsfs/python-venv
-test-python: deps
-	PY_VENV='$(PY_VENV)' client/python/dev/venv.sh
-	S3GDS_TEST_PYTHON='$(PY_VENV)/bin/python' $(GO) test -count=1 -run '^TestPythonClientOnMount$$' ./client/python/gotest
+PY_WHEELS ?= $(HOME)/.cache/s3gdsfs/wheels
+python-venv:
+	PY_VENV='$(PY_VENV)' PY_WHEELS='$(PY_WHEELS)' client/python/dev/venv.sh
+test-python: deps python-venv
+	set -o pipefail; S3GDS_TEST_PYTHON='$(PY_VENV)/bin/python' \
+	  $(GO) test -json -count=1 -run '^TestPythonClientOnMount$$' ./client/python/gotest | scripts/test-summary.py
 
 # test-race: the same under the race detector, less the fault and load
 # tests, whose timing bounds do not allow for its slowdown.

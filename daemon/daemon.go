@@ -51,6 +51,8 @@ type Daemon struct {
 	stop    context.CancelFunc
 	closing sync.Once
 	s3      *objstore.Minio // the client it built (none when handed a store), whose kept connections go at shutdown
+	// failures logs the S3 requests that fail once the mount is up.
+	failures *failureLog
 
 	unmountMu sync.Mutex
 	unmounted bool // Unmount succeeded (or detached): later calls do nothing
@@ -122,7 +124,8 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		func() float64 { return float64(core.Blocks().Budget().Used()) },
 		func() float64 { return float64(core.Blocks().Stats().CachedBytes) },
 	)
-	store := metered(base, d.Metrics)
+	d.failures = newFailureLog(cfg.Log)
+	store := metered(logFailures(base, d.failures), d.Metrics)
 	spliceOn, spliceWhyNot, err := resolveSplice(cfg, base)
 	if err != nil {
 		return nil, err
@@ -149,6 +152,7 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	if err != nil {
 		return nil, explainCheck(err, cfg)
 	}
+	d.failures.armed.Store(true)
 
 	if d.GPU, err = newGPU(cfg, store, d.Metrics); err != nil {
 		return nil, err
@@ -188,7 +192,11 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		go func(engine *rdmaread.Engine) {
 			start := time.Now()
 			if err := engine.Prepare(bg); err != nil {
-				cfg.Log.Info("GPU reads not prepared ahead", "reason", err)
+				level := slog.LevelInfo
+				if errors.Is(err, cufile.ErrNoDriver) {
+					level = slog.LevelDebug // said at start
+				}
+				cfg.Log.Log(bg, level, "GPU reads not prepared ahead", "reason", err)
 				return
 			}
 			cfg.Log.Info("GPU reads prepared", "seconds", time.Since(start).Seconds())
@@ -358,7 +366,13 @@ func newGPU(cfg Config, store objstore.Store, m *metrics.Set) (*rdmaread.Engine,
 		cfg.Log.Warn("GPU reads go to host memory files (host stand-in, a test aid): no device memory is used", "dir", cfg.GPU.StandinDir)
 	case "auto":
 		backend, err = cuda.New()
-		if err != nil {
+		switch {
+		case errors.Is(err, cufile.ErrNoDriver):
+			// A host without a GPU, the common case: one quiet line, the
+			// loader's words for those who ask for them.
+			cfg.Log.Info("no CUDA driver (libcuda.so.1) on this host: GPU reads answer ENODEV; POSIX reads are unaffected")
+			cfg.Log.Debug("loading the CUDA driver", "err", err)
+		case err != nil:
 			cfg.Log.Info("GPU reads unavailable: GPU read ioctls will answer ENODEV", "reason", err)
 		}
 		if backend == nil {
@@ -384,11 +398,13 @@ func (d *Daemon) Unmount() error {
 			d.shutdown()
 			return nil
 		}
-		d.cfg.Log.Warn("unmount failed, retrying", "mountpoint", d.cfg.Mountpoint, "err", err)
+		// Busy while files are open, the common case: whoever unmounts
+		// says what it waits for (the command, once).
+		d.cfg.Log.Debug("unmount failed, retrying", "mountpoint", d.cfg.Mountpoint, "err", strings.TrimSpace(err.Error()))
 		time.Sleep(200 * time.Millisecond)
 	}
 	if lerr := syscall.Unmount(d.cfg.Mountpoint, syscall.MNT_DETACH); lerr == nil {
-		d.cfg.Log.Warn("mount was busy: detached lazily", "mountpoint", d.cfg.Mountpoint)
+		d.cfg.Log.Debug("mount busy: detached lazily", "mountpoint", d.cfg.Mountpoint, "open_files", d.OpenFiles())
 		d.unmounted = true
 		d.shutdown()
 		return nil
@@ -421,6 +437,9 @@ func (d *Daemon) OpenFiles() int {
 
 func (d *Daemon) serveMetrics(mc MetricsConfig) error {
 	ln, err := net.Listen("tcp", mc.Addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return setting.Refuse("Metrics.Addr", mc.Addr, "%v: is another mount serving its metrics there? give this mount --metrics-addr HOST:PORT of its own (port 0: any free one), or --metrics-addr off", err)
+	}
 	if err != nil {
 		return setting.Refuse("Metrics.Addr", mc.Addr, "%v", err)
 	}
@@ -456,10 +475,13 @@ func (d *Daemon) closeHTTP() {
 func explainCheck(err error, cfg Config) error {
 	ep := cfg.S3.Endpoint
 	switch {
-	case errors.Is(err, objstore.ErrNoBucket):
+	case errors.Is(err, objstore.ErrNoBucket) && cfg.Core.Bucket != "":
 		return fmt.Errorf("bucket %q does not exist at %s (--bucket)", cfg.Core.Bucket, ep)
+	case errors.Is(err, objstore.ErrNoBucket):
+		// No bucket was named: S3 does not answer the bucket listing so.
+		return fmt.Errorf("endpoint %s (--endpoint) answered the bucket listing with NoSuchBucket: is it the S3 API's address? %v", ep, err)
 	case errors.Is(err, objstore.ErrAccessDenied):
-		return fmt.Errorf("access denied by %s: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket policy: %v", ep, err)
+		return explainDenied(err, cfg)
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
 		return explainTLS(err, cfg)
 	case errors.Is(err, objstore.ErrNotS3):
@@ -474,6 +496,74 @@ func explainCheck(err error, cfg Config) error {
 		return fmt.Errorf("cannot reach endpoint %s (--endpoint): %v", ep, err)
 	}
 	return fmt.Errorf("start-up check against %s failed: %v", ep, err)
+}
+
+// explainDenied says which keys were refused, from where they came or
+// which sources were tried when there were none, and what to change.
+func explainDenied(err error, cfg Config) error {
+	ep := cfg.S3.Endpoint
+	src := credentialSource(cfg)
+	if !src.found {
+		return fmt.Errorf("access denied by %s: no credentials were found, so the requests went unsigned; tried %s: "+
+			"set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give --credentials-file: %v", ep, src.tried, err)
+	}
+	keys := fmt.Sprintf("access key ID %q (from %s)", src.keyID, src.from)
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "InvalidAccessKeyId") || strings.Contains(msg, "XAdminUserNotFound"):
+		return fmt.Errorf("endpoint %s does not know the %s: check the key, and that --endpoint is the store it belongs to: %v", ep, keys, err)
+	case strings.Contains(msg, "SignatureDoesNotMatch"):
+		return fmt.Errorf("endpoint %s refused the signature of the %s: the secret key does not match the key ID, or --region (%s) is not the endpoint's: %v",
+			ep, keys, cfg.S3.Region, err)
+	case strings.Contains(msg, "ExpiredToken") || strings.Contains(msg, "InvalidToken") || strings.Contains(msg, "TokenRefreshRequired"):
+		return fmt.Errorf("endpoint %s refused the session token of the %s: temporary keys expire; get new ones (AWS_SESSION_TOKEN): %v", ep, keys, err)
+	case cfg.Core.Bucket == "":
+		return fmt.Errorf("access denied by %s: the %s may not list the buckets; name the one to mount with --bucket: %v", ep, keys, err)
+	}
+	return fmt.Errorf("access denied by %s: the %s may not list bucket %q: check the key's permissions and the bucket policy: %v", ep, keys, cfg.Core.Bucket, err)
+}
+
+// credentials says where a mount's keys came from, or which sources the
+// standard chain (objstore.DefaultCredentials) tried without finding any.
+type keySource struct {
+	found       bool
+	keyID, from string
+	tried       string
+}
+
+// credentialSource asks the chain's sources again, in its order: the
+// environment, the shared files, then IAM, which can take a few seconds
+// away from AWS (the instance metadata service does not answer).
+func credentialSource(cfg Config) keySource {
+	if cfg.S3.Credentials != nil {
+		v, err := cfg.S3.Credentials.Get()
+		if err == nil && v.AccessKeyID != "" {
+			return keySource{found: true, keyID: v.AccessKeyID, from: "the keys the mount was given (--credentials-file)"}
+		}
+		return keySource{tried: "the keys the mount was given (--credentials-file)"}
+	}
+	if v, _ := (&credentials.EnvAWS{}).Retrieve(); v.AccessKeyID != "" {
+		return keySource{found: true, keyID: v.AccessKeyID, from: "the environment, AWS_ACCESS_KEY_ID"}
+	}
+	file := os.Getenv("AWS_SHARED_CREDENTIALS_FILE")
+	if file == "" {
+		file = "~/.aws/credentials"
+		if home, err := os.UserHomeDir(); err == nil {
+			file = home + "/.aws/credentials"
+		}
+	}
+	profile := os.Getenv("AWS_PROFILE")
+	if profile == "" {
+		profile = "default"
+	}
+	if v, _ := (&credentials.FileAWSCredentials{}).Retrieve(); v.AccessKeyID != "" {
+		return keySource{found: true, keyID: v.AccessKeyID, from: fmt.Sprintf("%s, profile %s", file, profile)}
+	}
+	if v, _ := (&credentials.IAM{Client: &http.Client{Timeout: 3 * time.Second}}).Retrieve(); v.AccessKeyID != "" {
+		return keySource{found: true, keyID: v.AccessKeyID, from: "IAM (web identity, container credentials or the instance metadata service)"}
+	}
+	return keySource{tried: fmt.Sprintf("the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), %s (profile %s), "+
+		"and IAM (AWS_WEB_IDENTITY_TOKEN_FILE, container credentials, the instance metadata service)", file, profile)}
 }
 
 // explainTLS says why a TLS handshake with the endpoint failed and what to

@@ -192,12 +192,13 @@ func newTransport(cfg Config, secure bool) (*http.Transport, error) {
 }
 
 // listingCheck is the S3 client's transport: it looks at the start of every
-// successful listing reply (ListObjectsV2, ListBuckets, the bucket location)
-// and fails the request with ErrNotS3 unless the reply's first XML element is
-// the one S3 sends. The client decodes XML into structs that do not name
-// their root element, so an HTML page or an <Error> document answered with
-// 200 would otherwise decode, silently, as a listing of nothing: an empty
-// bucket at start-up, an empty directory at run time.
+// successful or refused (4xx) listing reply (ListObjectsV2, ListBuckets, the
+// bucket location) and fails the request with ErrNotS3 unless the reply's
+// first XML element is the one S3 sends: the listing, or <Error>. The
+// client decodes XML into structs that do not name their root element, so
+// an HTML page or an <Error> document answered with 200 would otherwise
+// decode, silently, as a listing of nothing: an empty bucket at start-up,
+// an empty directory at run time; and it takes a 404 page for NoSuchBucket.
 type listingCheck struct{ next http.RoundTripper }
 
 // listingPeek is how much of a listing reply is read to find its root
@@ -206,12 +207,19 @@ const listingPeek = 4 << 10
 
 func (c listingCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(req)
-	if err != nil || resp.StatusCode/100 != 2 {
-		return resp, err // errors are the client's to decode
+	if err != nil {
+		return resp, err
 	}
 	want := listingRoot(req)
-	if want == "" {
-		return resp, nil
+	refused := resp.StatusCode/100 == 4
+	if want == "" || (resp.StatusCode/100 != 2 && !refused) {
+		return resp, nil // errors are the client's to decode
+	}
+	if refused {
+		// The client reads a 404 or 403 without an S3 <Error> document as
+		// NoSuchBucket or AccessDenied: a web server that is not S3 would
+		// pass for a missing bucket.
+		want = "Error"
 	}
 	head := make([]byte, listingPeek)
 	n, err := io.ReadFull(resp.Body, head)
@@ -286,7 +294,7 @@ func notS3(resp *http.Response, head []byte, whole bool, root string, isXML bool
 	switch {
 	case len(bytes.TrimSpace(head)) == 0 && whole:
 		got = "an empty body"
-	case root == "Error":
+	case root == "Error" && want != "Error":
 		var e struct{ Code, Message string }
 		xml.Unmarshal(head, &e) // best effort: the body may be longer than the peek
 		got = fmt.Sprintf("an S3 error document (%s: %s)", e.Code, e.Message)
@@ -304,12 +312,19 @@ func notS3(resp *http.Response, head []byte, whole bool, root string, isXML bool
 	if len(head) > 0 {
 		said += fmt.Sprintf(", starting %q", head[:min(len(head), 40)])
 	}
+	if server := resp.Header.Get("Server"); server != "" {
+		said += fmt.Sprintf(", from server %q", server)
+	}
+	want = "a " + want
+	if want == "a Error" {
+		want = "an S3 <Error> document"
+	}
 	// The S3 client replaces a request error whose text holds "EOF" with
 	// one of its own, losing ErrNotS3: leave out the server's words then.
 	if strings.Contains(said, "EOF") {
 		said = "with a body that is not an S3 listing"
 	}
-	return fmt.Errorf("%w: a listing request answered %s, %s, instead of a %s", ErrNotS3, resp.Status, said, want)
+	return fmt.Errorf("%w: a listing request answered %s, %s, instead of %s", ErrNotS3, resp.Status, said, want)
 }
 
 // ListBuckets implements Store.
@@ -504,15 +519,23 @@ func classify(err error, bucket, key string) error {
 		where = bucket + "/" + key
 	}
 	var sentinel error
+	// The server's code first: some servers send a key they do not know
+	// with 404 (versitygw's XAdminUserNotFound), which is not a missing
+	// object.
 	switch {
 	case resp.Code == "NoSuchBucket":
 		sentinel = ErrNoBucket
-	case resp.Code == "NoSuchKey" || resp.Code == "NotFound" || resp.StatusCode == http.StatusNotFound:
+	case resp.Code == "NoSuchKey" || resp.Code == "NotFound":
 		sentinel = ErrNotFound
-	case resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed:
+	case resp.Code == "PreconditionFailed":
 		sentinel = ErrChanged
-	case resp.Code == "AccessDenied" || resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch" ||
-		resp.StatusCode == http.StatusForbidden:
+	case credentialCodes[resp.Code]:
+		sentinel = ErrAccessDenied
+	case resp.StatusCode == http.StatusNotFound:
+		sentinel = ErrNotFound
+	case resp.StatusCode == http.StatusPreconditionFailed:
+		sentinel = ErrChanged
+	case resp.StatusCode == http.StatusForbidden:
 		sentinel = ErrAccessDenied
 	}
 	if sentinel == nil {
@@ -521,7 +544,19 @@ func classify(err error, bucket, key string) error {
 		}
 		return fmt.Errorf("%s: %w", where, err)
 	}
+	if where == "" {
+		return fmt.Errorf("%w (%s)", sentinel, describe(resp, err))
+	}
 	return fmt.Errorf("%s: %w (%s)", where, sentinel, describe(resp, err))
+}
+
+// credentialCodes are the S3 error codes that refuse the request's keys or
+// what they may do, whatever status they come with.
+var credentialCodes = map[string]bool{
+	"AccessDenied": true, "AllAccessDisabled": true,
+	"InvalidAccessKeyId": true, "XAdminUserNotFound": true,
+	"SignatureDoesNotMatch": true, "ExpiredToken": true, "InvalidToken": true,
+	"TokenRefreshRequired": true,
 }
 
 func describe(resp minio.ErrorResponse, err error) string {

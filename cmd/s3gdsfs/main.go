@@ -2,7 +2,7 @@
 // sequential reads and GPU-direct reads (docs/ for the whole story).
 //
 //	s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
-//	s3gdsfs stats PATH
+//	s3gdsfs stats [--json] [--watch SECONDS] PATH
 //	s3gdsfs version
 //
 // As a mount helper (fstab type fuse.s3gdsfs) it is called as
@@ -17,11 +17,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 
+	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
@@ -47,7 +49,7 @@ func helperName(argv0 string) bool {
 
 func run(args []string) int {
 	if len(args) == 0 {
-		usage()
+		usage(os.Stderr)
 		return exitUsage
 	}
 	var err error
@@ -59,10 +61,10 @@ func run(args []string) int {
 	case "stats":
 		err = runStats(args[1:])
 	case "version", "--version", "-version":
-		fmt.Println("s3gdsfs", version())
+		fmt.Println("s3gdsfs", versionString())
 		return 0
 	case "help", "-h", "--help":
-		usage()
+		usage(os.Stdout) // asked for: on stdout, for a pager
 		return 0
 	default:
 		// The mount helper form: s3gdsfs SOURCE MOUNTPOINT -o opts. SOURCE
@@ -72,7 +74,7 @@ func run(args []string) int {
 			break
 		}
 		fmt.Fprintf(os.Stderr, "s3gdsfs: unknown command %q\n", args[0])
-		usage()
+		usage(os.Stderr)
 		return exitUsage
 	}
 	return exitCode(err)
@@ -81,10 +83,11 @@ func run(args []string) int {
 // exitCode reports err on stderr and returns the exit status for it.
 func exitCode(err error) int { return cli.ExitCode("s3gdsfs", err) }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage:
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
   s3gdsfs mount --endpoint URL [--bucket NAME[/PREFIX]] [flags] MOUNTPOINT
-  s3gdsfs stats PATH        (capabilities and counters of a mount, or of a file on it)
+  s3gdsfs stats [--json] [--watch SECONDS] PATH
+                            (what a mount, or a file on it, has read, failed and holds)
   s3gdsfs version
   s3gdsfs SOURCE MOUNTPOINT -o key=value,...   (mount helper form, for fstab;
                                                mount(8) runs it as /sbin/mount.fuse.s3gdsfs)
@@ -94,13 +97,22 @@ The demo is a program of its own: make demo (bin/s3gdsfs-demo).
 `)
 }
 
-func version() string {
+// version is the release, VERSION at the top of the tree, which the
+// Makefile stamps in (-ldflags -X main.version=...); the Python package
+// carries the same number, whose first part is the ABI's.
+var version string
+
+func versionString() string {
+	v := version
+	if v == "" {
+		v = "devel" // built without the Makefile
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				return "0.1.0+" + s.Value[:12]
+				v += "+" + s.Value[:12]
 			}
 		}
 	}
-	return "0.1.0"
+	return fmt.Sprintf("%s (ioctl ABI %d)", v, abi.Version)
 }

@@ -331,7 +331,7 @@ func TestMountServesUntilSIGINTThenUnmounts(t *testing.T) {
 	if err != nil || string(got) != "hello\n" {
 		t.Fatalf("read through the mount: %q %v", got, err)
 	}
-	st := runCLI(t, nil, "stats", mp)
+	st := runCLI(t, nil, "stats", "--json", mp)
 	if st.code != 0 || !strings.Contains(st.stdout, `"posix_read_bytes_total": 6`) || !strings.Contains(st.stdout, `"abi_version": 1`) {
 		t.Fatalf("stats: exit %d, stdout %s, stderr %s", st.code, st.stdout, st.stderr)
 	}

@@ -238,7 +238,7 @@ func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 	go func() { d.Wait(); close(done) }()
 	select {
 	case <-done:
-		log.Info("unmounted from outside")
+		log.Info("unmounted from outside: exiting")
 		return nil
 	case s := <-sigs:
 		log.Info("unmounting", "signal", s.String(), "open_files", d.OpenFiles())
@@ -246,7 +246,9 @@ func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 	}
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- d.Unmount() }()
-	waitLogged := false
+	// The wait is said once, and again only when the count of open files
+	// has changed.
+	logged := -1
 	tick := time.NewTicker(waitLogInterval)
 	defer tick.Stop()
 	for {
@@ -256,22 +258,28 @@ func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 				return err
 			}
 			unmounted = nil
-			if !waitLogged {
+			if logged < 0 {
 				select {
 				case <-done:
+					log.Info("unmounted: exiting")
 					return nil
 				case <-time.After(100 * time.Millisecond):
 				}
-				logWait(d, log)
-				waitLogged = true
+				logged = logWait(d, log)
 			}
 		case <-done:
+			if logged >= 0 {
+				log.Info("the last open file closed: unmounted, exiting")
+			} else {
+				log.Info("unmounted: exiting")
+			}
 			return nil
 		case <-tick.C:
 			// Still waiting: for the busy mount's unmount, or for the
 			// files open on the detached mount to close.
-			logWait(d, log)
-			waitLogged = true
+			if n := d.OpenFiles(); n != logged {
+				logged = logWait(d, log)
+			}
 		case s := <-sigs:
 			log.Warn("second signal: detaching the mount and exiting; readers of files still open get ENOTCONN",
 				"signal", s.String(), "open_files", d.OpenFiles())
@@ -280,13 +288,17 @@ func serveUntilSignal(d *daemon.Daemon, log *slog.Logger) error {
 	}
 }
 
-// waitLogInterval is how often a shutdown that waits for open files says
-// so.
+// waitLogInterval is how often a shutdown that waits for open files looks
+// whether their count changed.
 const waitLogInterval = 10 * time.Second
 
-func logWait(d *daemon.Daemon, log *slog.Logger) {
-	log.Warn("waiting for the files still open on the mount to close before exiting; send SIGINT or SIGTERM again to detach and exit now",
-		"open_files", d.OpenFiles())
+// logWait says what the exit waits for, and returns the count it said.
+func logWait(d *daemon.Daemon, log *slog.Logger) int {
+	n := d.OpenFiles()
+	log.Info("waiting for the files still open on the mount to close: they are served until then, "+
+		"and s3gdsfs exits when the last one closes; SIGINT or SIGTERM again exits now (their readers get ENOTCONN)",
+		"open_files", n)
+	return n
 }
 
 func readyPipe() *os.File {

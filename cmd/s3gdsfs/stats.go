@@ -5,41 +5,263 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"sort"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/internal/cli"
 )
 
+const statsUsage = `usage: s3gdsfs stats [--json] [--watch SECONDS] PATH
+
+What a mount says about itself (PATH its mount point or a directory on it),
+or about one file on it: bytes read by path (POSIX, spliced, GPU over HTTP or
+RDMA), errors by kind, GPU reads declined by reason, memory in use against
+its limit. --json prints the extended attributes user.s3gdsfs.caps and
+user.s3gdsfs.stats as they are (docs/ioctl.md); --watch prints it again every
+SECONDS until interrupted.
+`
+
 // runStats prints what a mount says about itself: its capabilities and
 // counters (the mount root), or a file's version and counters.
 func runStats(args []string) error {
 	fset := flag.NewFlagSet("stats", flag.ContinueOnError)
-	if err := fset.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+	fset.SetOutput(io.Discard)
+	asJSON := fset.Bool("json", false, "")
+	watch := fset.Float64("watch", 0, "")
+	// Flags may come after the path too.
+	var paths []string
+	for rest := args; ; {
+		if err := fset.Parse(rest); err != nil {
+			if err == flag.ErrHelp {
+				fmt.Fprint(os.Stdout, statsUsage)
+				return err
+			}
+			return cli.UsageError{Err: fmt.Errorf("%v\n%s", err, statsUsage)}
+		}
+		if fset.NArg() == 0 {
+			break
+		}
+		paths = append(paths, fset.Arg(0))
+		rest = fset.Args()[1:]
+	}
+	if len(paths) != 1 {
+		return cli.Usagef("want one PATH (a mount point or a file under it), got %d\n%s", len(paths), statsUsage)
+	}
+	if *watch < 0 {
+		return cli.Usagef("--watch %v: want seconds above 0", *watch)
+	}
+	path := paths[0]
+	clear := false // the screen, between two prints to a terminal
+	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		clear = *watch > 0 && !*asJSON
+	}
+	for {
+		raw, err := readStats(path)
+		if err != nil {
 			return err
 		}
-		return cli.UsageError{Err: err}
+		var out bytes.Buffer
+		if *asJSON {
+			b, err := json.MarshalIndent(raw, "", "  ")
+			if err != nil {
+				return err
+			}
+			out.Write(append(b, '\n'))
+		} else {
+			if *watch > 0 {
+				if clear {
+					out.WriteString("\033[H\033[2J")
+				}
+				fmt.Fprintf(&out, "%s, every %gs (Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), *watch)
+			}
+			if err := statsTable(&out, path, raw); err != nil {
+				return err
+			}
+		}
+		if _, err := os.Stdout.Write(out.Bytes()); err != nil {
+			return err
+		}
+		if *watch == 0 {
+			return nil
+		}
+		time.Sleep(time.Duration(*watch * float64(time.Second)))
 	}
-	if fset.NArg() != 1 {
-		return cli.Usagef("usage: s3gdsfs stats PATH (a mount point or a file under it)")
-	}
-	path := fset.Arg(0)
+}
+
+func readStats(path string) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	for _, name := range []string{abi.XattrCaps, abi.XattrStats} {
 		v, err := getxattr(path, name)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w (is it on an s3gdsfs mount?)", path, name, err)
+			return nil, fmt.Errorf("%s: %s: %w (is it on an s3gdsfs mount? s3gdsfs mount --help)", path, name, err)
 		}
 		out[name] = v
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
+	return out, nil
+}
+
+// statsTable is the short form of what readStats read.
+func statsTable(w io.Writer, path string, raw map[string]json.RawMessage) error {
+	var caps struct {
+		CUDAAvailable bool   `json:"cuda_available"`
+		CUDABackend   string `json:"cuda_backend"`
+		Devices       []any  `json:"devices"`
+		RDMA          struct{ Minter, Fabric string }
 	}
-	_, err = os.Stdout.Write(append(b, '\n'))
-	return err
+	if err := json.Unmarshal(raw[abi.XattrCaps], &caps); err != nil {
+		return fmt.Errorf("%s: %s: %w", path, abi.XattrCaps, err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(raw[abi.XattrStats], &st); err != nil {
+		return fmt.Errorf("%s: %s: %w", path, abi.XattrStats, err)
+	}
+	gpu := "none"
+	if caps.CUDAAvailable {
+		gpu = fmt.Sprintf("%s, %d devices", caps.CUDABackend, len(caps.Devices))
+	}
+	rdma := "off"
+	if caps.RDMA.Minter != "none" && caps.RDMA.Minter != "" {
+		rdma = caps.RDMA.Minter
+	} else if caps.RDMA.Fabric != "none" && caps.RDMA.Fabric != "" {
+		rdma = caps.RDMA.Fabric
+	}
+	if c, ok := st["counters"].(map[string]any); ok {
+		return fileTable(w, st, c, gpu)
+	}
+	fmt.Fprintf(w, "mount %s: GPU %s, RDMA %s\n", path, gpu, rdma)
+	row := func(what, value string) { fmt.Fprintf(w, "  %-22s %s\n", what, value) }
+
+	fmt.Fprintln(w, "\nread, by path")
+	row("POSIX reads", fmt.Sprintf("%s in %s reads", bytesOf(num(st, "posix_read_bytes_total")), count(num(st, "posix_reads_total"))))
+	row("  of them spliced", bytesOf(num(st, "splice_bytes_total")))
+	gb, gn := labels(st, "gpu_read_bytes_total"), labels(st, "gpu_reads_total")
+	row("GPU reads over HTTP", fmt.Sprintf("%s in %s reads", bytesOf(gb["http"]), count(gn["http"])))
+	row("GPU reads over RDMA", fmt.Sprintf("%s in %s reads", bytesOf(gb["rdma"]), count(gn["rdma"])))
+	row("from S3", fmt.Sprintf("%s in %s requests", bytesOf(num(st, "s3_received_bytes_total")), count(sum(labels(st, "s3_requests_total")))))
+
+	fmt.Fprintln(w, "\nerrors, by kind")
+	row("POSIX reads", kinds(labels(st, "posix_read_errors_total"), nil))
+	row("GPU reads", kinds(labels(st, "gpu_read_errors_total"), nil))
+	// S3 requests by operation and outcome ("get,error"): the failures.
+	failed := map[string]float64{}
+	for k, v := range labels(st, "s3_requests_total") {
+		op, outcome, _ := strings.Cut(k, ",")
+		if outcome != "ok" && outcome != "not_found" && outcome != "canceled" {
+			failed[op+" "+outcome] += v
+		}
+	}
+	row("S3 requests", kinds(failed, nil))
+	row("  retried GETs", count(num(st, "read_retries_total")))
+
+	fmt.Fprintln(w, "\nGPU reads declined to HTTP, by reason")
+	row("declined", kinds(labels(st, "gpu_declined_total"), labels(st, "gpu_declined_bytes_total")))
+
+	fmt.Fprintln(w, "\nmemory")
+	used, limit := num(st, "block_memory_bytes"), num(st, "block_memory_limit_bytes")
+	pct := 0.0
+	if limit > 0 {
+		pct = 100 * used / limit
+	}
+	row("block memory", fmt.Sprintf("%s of %s (%.0f%%, --memory-limit)", bytesOf(used), bytesOf(limit), pct))
+	row("  of it cached blocks", fmt.Sprintf("%s; %s hits, %s misses", bytesOf(num(st, "block_cache_bytes")),
+		count(num(st, "block_cache_hits_total")), count(num(st, "block_cache_misses_total"))))
+	row("in flight from S3", bytesOf(num(st, "bytes_in_flight")))
+	if p := num(st, "gpu_staging_pinned_bytes"); p > 0 {
+		row("GPU staging, pinned", bytesOf(p))
+	}
+	row("open files", count(num(st, "open_handles")))
+	fmt.Fprintln(w, "\nEvery counter: s3gdsfs stats --json, or Prometheus on --metrics-addr (docs/metrics.md).")
+	return nil
+}
+
+func fileTable(w io.Writer, st, c map[string]any, gpu string) error {
+	size, _ := st["size"].(float64)
+	fmt.Fprintf(w, "%v/%v: %s, modified %v, version %v\n", st["bucket"], st["key"], bytesOf(size), st["last_modified"], st["version"])
+	row := func(what, value string) { fmt.Fprintf(w, "  %-22s %s\n", what, value) }
+	row("POSIX reads", fmt.Sprintf("%s in %s reads (%s spliced)", bytesOf(num(c, "posix_read_bytes")), count(num(c, "posix_reads")),
+		bytesOf(num(c, "posix_spliced_bytes"))))
+	row("GPU reads", fmt.Sprintf("%s reads: %s over HTTP, %s over RDMA, %s shared (GPU %s)", count(num(c, "gpu_reads")),
+		bytesOf(num(c, "gpu_http_bytes")), bytesOf(num(c, "gpu_rdma_bytes")), bytesOf(num(c, "gpu_shared_bytes")), gpu))
+	row("GPU reads declined", fmt.Sprintf("%s (%s)", count(num(c, "gpu_declined")), bytesOf(num(c, "gpu_declined_bytes"))))
+	if d, ok := st["direct_io"].(bool); ok {
+		row("direct I/O", fmt.Sprint(d))
+	}
+	return nil
+}
+
+func num(m map[string]any, k string) float64 {
+	v, _ := m[k].(float64)
+	return v
+}
+
+// labels is a counter by label (absent: none counted yet).
+func labels(m map[string]any, k string) map[string]float64 {
+	out := map[string]float64{}
+	if l, ok := m[k].(map[string]any); ok {
+		for name, v := range l {
+			if f, ok := v.(float64); ok {
+				out[name] = f
+			}
+		}
+	}
+	return out
+}
+
+func sum(m map[string]float64) float64 {
+	t := 0.0
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// kinds lists the non-zero counts, largest first, with their bytes where
+// given: "EIO 3, ESTALE 1", or "none".
+func kinds(n map[string]float64, b map[string]float64) string {
+	var names []string
+	for k, v := range n {
+		if v > 0 {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if n[names[i]] != n[names[j]] {
+			return n[names[i]] > n[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = k + " " + count(n[k])
+		if b != nil {
+			parts[i] += " (" + bytesOf(b[k]) + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func count(v float64) string { return fmt.Sprintf("%.0f", v) }
+
+// bytesOf is a byte count in binary units, as the size flags write them.
+func bytesOf(v float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	i := 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
 func getxattr(path, name string) ([]byte, error) {

@@ -38,6 +38,10 @@ def test_wheel_builds_installs_and_imports_without_torch(tmp_path):
     assert not any(n.endswith(".so") for n in names)
     assert f"Version: {s3gds.__version__}" in metadata
     assert "Requires-Dist: torch" in metadata and 'extra == "torch"' in metadata  # optional only
+    # The torch extra brings numpy: without it `import torch` warns and the
+    # datasets' workers fail converting samples.
+    assert any(line.startswith("Requires-Dist: numpy") and 'extra == "torch"' in line
+               for line in metadata.splitlines())
 
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),

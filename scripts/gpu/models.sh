@@ -56,7 +56,8 @@ echo "== safetensors.torch.load_file"
 drop_page_cache; run loadfile --path $P --local $CKPT
 run loadfile --path $CKPT --local $CKPT
 echo "== kvikio CuFile.pread"
-REAL=$(python3 -c 'import glob,nvidia.cufile,os; print(sorted(glob.glob(os.path.join(os.path.dirname(nvidia.cufile.__file__),"lib","libcufile.so*")))[0])' 2>/dev/null || true)
+# NVIDIA's libcufile: the nvidia-cufile wheel's, or the CUDA toolkit's.
+REAL=$(find / -xdev -name 'libcufile.so.0' -not -path '*/s3gdsfs*' -not -path '/tmp/*' 2>/dev/null | head -1 || true)
 drop_page_cache
 # kvikio loads the libcufile.so.0 of NVIDIA's wheel itself, so the library goes in ahead of it
 # under that soname; kvikio takes cuFile only where /run/udev exists, which containers often

@@ -1,0 +1,412 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/cache"
+	"github.com/s3gdsfs/s3gdsfs/internal/errno"
+	"github.com/s3gdsfs/s3gdsfs/internal/setting"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+)
+
+// WriteConfig is the write side of a mount (docs/operations.md, "Writes").
+// Writes are off unless Allow is set; then a new file written in order is
+// uploaded while it is written and becomes an object when it is closed.
+type WriteConfig struct {
+	// Allow lets files be created, written, renamed and removed, and
+	// directories made.
+	Allow bool
+	// AllowOverwrite lets a write (open with O_TRUNC) or a rename replace
+	// an existing object.
+	AllowOverwrite bool
+	// PartSize is the size of each part of a multipart upload: a file
+	// closed before its first part is full is sent in one PUT. S3 takes at
+	// most 10,000 parts, so the largest file is 10,000 parts.
+	PartSize int64
+	// PartsInFlight is how many parts of one file are sent at once; a
+	// writer that has filled one more part waits for one of them.
+	PartsInFlight int
+	// Journal is a directory where the daemon records the multipart
+	// uploads it has open, so that its next start aborts those a killed
+	// daemon left; "" records none.
+	Journal string
+}
+
+// DefaultWriteConfig is off; the rest are the sizes a mount that allows
+// writes uses.
+func DefaultWriteConfig() WriteConfig {
+	return WriteConfig{PartSize: 16 << 20, PartsInFlight: 4}
+}
+
+// validate refuses sizes the store or the memory limit cannot take.
+func (w WriteConfig) validate(blockSize int, memoryLimit int64) error {
+	bs := int64(blockSize)
+	switch {
+	case w.PartSize < objstore.MinPartSize || w.PartSize > objstore.MaxPartSize:
+		return setting.RefuseSize("PartSize", w.PartSize, "between %s and %s (S3's bounds on a part)",
+			setting.Size(objstore.MinPartSize), setting.Size(objstore.MaxPartSize))
+	case w.PartSize%bs != 0:
+		return setting.RefuseSize("PartSize", w.PartSize, "a multiple of the block size (%s): parts are made of blocks", setting.Size(bs))
+	case w.PartsInFlight < 1 || w.PartsInFlight > 64:
+		return setting.Refuse("PartsInFlight", w.PartsInFlight, "between 1 and 64")
+	case w.Allow && w.PartSize*int64(w.PartsInFlight+1) > memoryLimit:
+		return setting.RefuseSize("PartSize", w.PartSize, "%d parts in flight and the one being filled (%s) must fit in the memory limit (%s)",
+			w.PartsInFlight, setting.Size(w.PartSize*int64(w.PartsInFlight+1)), setting.Size(memoryLimit))
+	}
+	return nil
+}
+
+// Errors of the write path, each with the errno the file operation answers.
+var (
+	// ErrReadOnly: writes are not allowed on the mount.
+	ErrReadOnly = errno.New(syscall.EROFS, "the mount is read-only (--allow-writes)")
+	// ErrNotAppend: a write anywhere but at the end of what was written.
+	ErrNotAppend = errno.New(syscall.EINVAL, "files are written in order: a write must start where the last one ended")
+	// ErrUploaded: a write after the file's upload ended (close or fsync).
+	ErrUploaded = errno.New(syscall.EBADF, "the file was uploaded already (closed or fsynced); a file is written once")
+	// ErrBusy: the file is being written (read, second writer, rename, unlink).
+	ErrBusy = errno.New(syscall.EBUSY, "the file is being written")
+	// ErrModify: opening an existing object for writing without O_TRUNC.
+	ErrModify = errno.New(syscall.EPERM, "an existing object cannot be modified, only replaced whole (O_TRUNC) with --allow-overwrite")
+	// ErrOverwrite: replacing an existing object without AllowOverwrite.
+	ErrOverwrite = errno.New(syscall.EPERM, "replacing an existing object needs --allow-overwrite")
+	// ErrExists: creating a name that exists.
+	ErrExists = errno.New(syscall.EEXIST, "the name exists")
+	// ErrTruncate: a size change other than to the size written.
+	ErrTruncate = errno.New(syscall.EINVAL, "a file being written can only be truncated to its size (0 at open)")
+	// ErrTooLarge: past the last part S3 takes.
+	ErrTooLarge = errno.New(syscall.EFBIG, "the file would need more than 10,000 parts (a larger write part size)")
+	// ErrUpload: the upload failed; nothing of the file is visible.
+	ErrUpload = errno.New(syscall.EIO, "the upload failed; nothing was written")
+)
+
+// Upload is one file being written: its bytes go to S3 in parts while the
+// writer writes (or in one PUT if the file ends within the first part), and
+// the object appears when Finish succeeds. It knows nothing of FUSE.
+type Upload struct {
+	f      *FS
+	up     objstore.Uploader
+	entry  Entry // Version empty until finished
+	start  time.Time
+	ctx    context.Context // the upload's requests; cancelled when it fails
+	cancel context.CancelFunc
+	slots  chan struct{} // parts being sent
+
+	wmu      sync.Mutex // one Write or Finish at a time
+	size     int64
+	cur      []*cache.Block // the part being filled
+	curLen   int64
+	next     int // number of the next part
+	uploadID string
+	finished bool
+	result   error
+
+	mu      sync.Mutex
+	parts   []objstore.CompletedPart
+	failure error
+	sending sync.WaitGroup
+}
+
+func (f *FS) newUpload(e Entry) *Upload {
+	ctx, cancel := context.WithCancel(context.Background())
+	f.m.UploadsInFlight.Inc()
+	return &Upload{f: f, up: f.w.up, entry: e, start: time.Now(), ctx: ctx, cancel: cancel,
+		slots: make(chan struct{}, f.cfg.Writes.PartsInFlight), next: 1}
+}
+
+// Entry is the file as the namespace shows it: its version once finished.
+func (u *Upload) Entry() Entry {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	return u.entry
+}
+
+// Size is the number of bytes written so far.
+func (u *Upload) Size() int64 {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	return u.size
+}
+
+// Started is when the file was opened for writing: its time until it is uploaded.
+func (u *Upload) Started() time.Time { return u.start }
+
+func (u *Upload) failed() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.failure
+}
+
+// fail records the first error and stops the upload's other requests.
+func (u *Upload) fail(err error) {
+	u.mu.Lock()
+	if u.failure == nil {
+		u.failure = err
+	}
+	u.mu.Unlock()
+	u.cancel()
+}
+
+// Write appends data at off, which must be the size written so far. It
+// returns once the bytes are in part buffers; while PartsInFlight parts are
+// being sent and the next is full, or while memory is short, it waits.
+// ctx ends the wait (the writer was interrupted).
+func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error) {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	switch {
+	case u.finished:
+		return 0, ErrUploaded
+	case off != u.size:
+		return 0, fmt.Errorf("%s: write at %d, %d bytes written: %w", u.entry.Path(), off, u.size, ErrNotAppend)
+	}
+	if err := u.failed(); err != nil {
+		return 0, errno.With(syscall.EIO, err)
+	}
+	partSize := u.f.cfg.Writes.PartSize
+	n := 0
+	for n < len(data) {
+		if u.curLen == partSize {
+			if err := u.sendPart(ctx); err != nil {
+				return u.wrote(n, err)
+			}
+		}
+		last := len(u.cur) - 1
+		if last < 0 || len(u.cur[last].Data) == cap(u.cur[last].Data) {
+			b, err := u.f.blocks.NewBlock(ctx, true)
+			if err != nil {
+				return u.wrote(n, err)
+			}
+			u.cur = append(u.cur, b)
+			last++
+		}
+		b := u.cur[last]
+		room := min(int64(cap(b.Data)-len(b.Data)), partSize-u.curLen)
+		k := int(min(room, int64(len(data)-n)))
+		b.Data = append(b.Data, data[n:n+k]...)
+		n += k
+		u.curLen += int64(k)
+	}
+	return u.wrote(n, nil)
+}
+
+func (u *Upload) wrote(n int, err error) (int, error) {
+	u.size += int64(n)
+	u.f.m.WriteBytes.Add(float64(n))
+	if n > 0 {
+		return n, nil // a short write; the next one meets the error
+	}
+	if errors.Is(err, context.Canceled) {
+		err = errno.With(syscall.EINTR, err)
+	}
+	return 0, err
+}
+
+// sendPart hands the filled part to a sender, once one of PartsInFlight is free.
+func (u *Upload) sendPart(ctx context.Context) error {
+	if u.next > objstore.MaxParts {
+		err := fmt.Errorf("%s: %w", u.entry.Path(), ErrTooLarge)
+		u.fail(err)
+		return err
+	}
+	if u.uploadID == "" {
+		var id string
+		err := u.retry(func(ctx context.Context) (err error) {
+			id, err = u.up.CreateMultipart(ctx, u.entry.Bucket, u.entry.Key)
+			return err
+		})
+		if err != nil {
+			u.fail(err)
+			return errno.With(syscall.EIO, err)
+		}
+		u.uploadID = id
+		u.f.w.journal.begin(u.entry.Bucket, u.entry.Key, id)
+	}
+	select {
+	case u.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-u.ctx.Done():
+		return errno.With(syscall.EIO, u.failed())
+	}
+	blocks, number := u.cur, u.next
+	u.cur, u.curLen = nil, 0
+	u.next++
+	u.sending.Add(1)
+	go func() {
+		defer u.sending.Done()
+		defer func() { <-u.slots }()
+		defer release(blocks)
+		var part objstore.CompletedPart
+		err := u.retry(func(ctx context.Context) (err error) {
+			part, err = u.up.UploadPart(ctx, u.entry.Bucket, u.entry.Key, u.uploadID, number, views(blocks))
+			return err
+		})
+		if err != nil {
+			u.f.log.Warn("upload of a part failed", "path", u.entry.Path(), "part", number, "err", err)
+			u.fail(err)
+			return
+		}
+		u.mu.Lock()
+		u.parts = append(u.parts, part)
+		u.mu.Unlock()
+	}()
+	return nil
+}
+
+// retry runs a request, and again after a transient failure, up to the
+// mount's retries with Backoff between, until the upload fails.
+func (u *Upload) retry(op func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := op(u.ctx)
+		if err == nil || attempt > u.f.cfg.Retries || !objstore.IsRetryableWrite(err) || u.ctx.Err() != nil {
+			return err
+		}
+		u.f.m.UploadPartRetries.Inc()
+		t := time.NewTimer(objstore.Backoff(attempt))
+		select {
+		case <-t.C:
+		case <-u.ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// Finish ends the upload: it sends what is left and completes the object,
+// or, if anything failed, aborts it so that nothing is left behind. Every
+// call after the first returns the first one's result.
+func (u *Upload) Finish() error {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	if u.finished {
+		return u.result
+	}
+	u.finished = true
+	v, err := u.finish()
+	u.cancel()
+	release(u.cur)
+	u.cur, u.curLen = nil, 0
+	u.f.m.UploadsInFlight.Dec()
+	if err != nil {
+		u.f.log.Warn("upload failed: the file was not written, nothing of it is visible",
+			"path", u.entry.Path(), "bytes", u.size, "err", err)
+		u.f.m.UploadsDone.WithLabelValues("aborted").Inc()
+		u.result = fmt.Errorf("%s: %w: %v", u.entry.Path(), ErrUpload, err)
+		u.f.uploadEnded(u, Entry{}, false)
+		return u.result
+	}
+	u.f.m.UploadsDone.WithLabelValues("completed").Inc()
+	u.entry.Version = v
+	u.f.uploadEnded(u, u.entry, true)
+	return nil
+}
+
+func (u *Upload) finish() (objstore.Version, error) {
+	b, k := u.entry.Bucket, u.entry.Key
+	if u.uploadID == "" {
+		if err := u.failed(); err != nil {
+			return objstore.Version{}, err
+		}
+		var v objstore.Version
+		err := u.retry(func(ctx context.Context) (err error) {
+			v, err = u.up.PutObject(ctx, b, k, views(u.cur))
+			return err
+		})
+		if err != nil {
+			return v, err
+		}
+		return u.version(v), nil
+	}
+	var err error
+	if u.curLen > 0 && u.failed() == nil {
+		err = u.sendPart(context.Background())
+	}
+	u.sending.Wait()
+	if ferr := u.failed(); ferr != nil {
+		err = ferr
+	}
+	var v objstore.Version
+	if err == nil {
+		u.mu.Lock()
+		parts := append([]objstore.CompletedPart(nil), u.parts...)
+		u.mu.Unlock()
+		sort.Slice(parts, func(i, j int) bool { return parts[i].Number < parts[j].Number })
+		err = u.retry(func(ctx context.Context) (err error) {
+			v, err = u.up.CompleteMultipart(ctx, b, k, u.uploadID, parts)
+			return err
+		})
+	}
+	if err != nil {
+		u.abort()
+		return v, err
+	}
+	u.f.w.journal.end(u.uploadID)
+	return u.version(v), nil
+}
+
+// abort drops the multipart upload, trying as often as a part would be
+// tried; one it cannot drop stays in the journal for the next start.
+func (u *Upload) abort() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = u.up.AbortMultipart(ctx, u.entry.Bucket, u.entry.Key, u.uploadID)
+		if err == nil || errors.Is(err, objstore.ErrNoUpload) {
+			u.f.w.journal.end(u.uploadID)
+			return
+		}
+		if attempt > u.f.cfg.Retries || !objstore.IsRetryableWrite(err) || sleep(ctx, objstore.Backoff(attempt)) != nil {
+			break
+		}
+	}
+	u.f.log.Warn("could not abort a failed multipart upload: its parts stay on the server until the next start aborts it (--upload-journal) or a lifecycle rule does",
+		"path", u.entry.Path(), "upload_id", u.uploadID, "err", err)
+}
+
+// version is the object as a HEAD sees it (the Last-Modified and the ETag
+// later lookups and reads pin), or what the upload's reply said.
+func (u *Upload) version(v objstore.Version) objstore.Version {
+	v.Size = u.size
+	ctx, cancel := context.WithTimeout(context.Background(), u.f.cfg.ReadTimeout)
+	defer cancel()
+	if o, err := u.f.store.Stat(ctx, u.entry.Bucket, u.entry.Key); err == nil && o.Size == u.size {
+		return o.Version
+	}
+	if v.LastModified.IsZero() {
+		v.LastModified = time.Now()
+	}
+	return v
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func views(blocks []*cache.Block) [][]byte {
+	out := make([][]byte, len(blocks))
+	for i, b := range blocks {
+		out[i] = b.Data
+	}
+	return out
+}
+
+func release(blocks []*cache.Block) {
+	for _, b := range blocks {
+		b.Release()
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +47,9 @@ func DefaultWriteConfig() WriteConfig {
 
 // validate refuses sizes the store or the memory limit cannot take.
 func (w WriteConfig) validate(blockSize int, memoryLimit int64) error {
+	if !w.Allow {
+		return nil // the sizes are not used
+	}
 	bs := int64(blockSize)
 	switch {
 	case w.PartSize < objstore.MinPartSize || w.PartSize > objstore.MaxPartSize:
@@ -55,7 +59,7 @@ func (w WriteConfig) validate(blockSize int, memoryLimit int64) error {
 		return setting.RefuseSize("PartSize", w.PartSize, "a multiple of the block size (%s): parts are made of blocks", setting.Size(bs))
 	case w.PartsInFlight < 1 || w.PartsInFlight > 64:
 		return setting.Refuse("PartsInFlight", w.PartsInFlight, "between 1 and 64")
-	case w.Allow && w.PartSize*int64(w.PartsInFlight+1) > memoryLimit:
+	case w.PartSize*int64(w.PartsInFlight+1) > memoryLimit:
 		return setting.RefuseSize("PartSize", w.PartSize, "%d parts in flight and the one being filled (%s) must fit in the memory limit (%s)",
 			w.PartsInFlight, setting.Size(w.PartSize*int64(w.PartsInFlight+1)), setting.Size(memoryLimit))
 	}
@@ -100,6 +104,7 @@ type Upload struct {
 
 	wmu      sync.Mutex // one Write or Finish at a time
 	size     int64
+	written  atomic.Int64   // size, read without waiting for a Write
 	cur      []*cache.Block // the part being filled
 	curLen   int64
 	next     int // number of the next part
@@ -122,17 +127,14 @@ func (f *FS) newUpload(e Entry) *Upload {
 
 // Entry is the file as the namespace shows it: its version once finished.
 func (u *Upload) Entry() Entry {
-	u.wmu.Lock()
-	defer u.wmu.Unlock()
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	return u.entry
 }
 
-// Size is the number of bytes written so far.
-func (u *Upload) Size() int64 {
-	u.wmu.Lock()
-	defer u.wmu.Unlock()
-	return u.size
-}
+// Size is the number of bytes written so far. It does not wait for a
+// Write that waits for a part to be sent.
+func (u *Upload) Size() int64 { return u.written.Load() }
 
 // Started is when the file was opened for writing: its time until it is uploaded.
 func (u *Upload) Started() time.Time { return u.start }
@@ -198,6 +200,7 @@ func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error)
 
 func (u *Upload) wrote(n int, err error) (int, error) {
 	u.size += int64(n)
+	u.written.Store(u.size)
 	u.f.m.WriteBytes.Add(float64(n))
 	if n > 0 {
 		return n, nil // a short write; the next one meets the error
@@ -303,8 +306,11 @@ func (u *Upload) Finish() error {
 		return u.result
 	}
 	u.f.m.UploadsDone.WithLabelValues("completed").Inc()
+	u.mu.Lock()
 	u.entry.Version = v
-	u.f.uploadEnded(u, u.entry, true)
+	e := u.entry
+	u.mu.Unlock()
+	u.f.uploadEnded(u, e, true)
 	return nil
 }
 

@@ -66,7 +66,7 @@ func (f *FS) pending(path string) (Entry, bool) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	if u, ok := f.w.open[path]; ok {
-		return u.entry, true
+		return u.Entry(), true
 	}
 	e, ok := f.w.dirs[path]
 	return e, ok
@@ -88,7 +88,7 @@ func (f *FS) Pending(dir Entry) []Entry {
 	}
 	for _, u := range f.w.open {
 		if u.entry.Bucket == dir.Bucket && parentKey(u.entry.Key) == dir.Key {
-			out = append(out, u.entry)
+			out = append(out, u.Entry())
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -100,9 +100,8 @@ func (d *dirNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	return 0
 }
 
-// Setattr on a file: a size change only to the size written of a file
-// being written (the truncate to 0 that an open with O_TRUNC is followed
-// by); modes, owners and times are taken and not kept, as S3 stores none
+// Setattr on a file: a size change only of a file being written, and
+// never below what was written (vfs.Upload.Truncate); modes, owners and times are taken and not kept, as S3 stores none
 // of them, so that tools that set them after writing (cp -p, shutil.copy2)
 // do not fail.
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -115,8 +114,8 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			// Truncating an object outside an open would replace it.
 			return errno(vfs.ErrModify)
 		}
-		if int64(size) != w.Size() {
-			return errno(vfs.ErrTruncate)
+		if err := w.Truncate(int64(size)); err != nil {
+			return errno(err)
 		}
 	}
 	f.fillAttr(&out.Attr)

@@ -96,7 +96,7 @@ var (
 type Upload struct {
 	f      *FS
 	up     objstore.Uploader
-	entry  Entry // Version empty until finished
+	entry  Entry // where the bytes are uploaded
 	start  time.Time
 	ctx    context.Context // the upload's requests; cancelled when it fails
 	cancel context.CancelFunc
@@ -104,7 +104,8 @@ type Upload struct {
 
 	wmu      sync.Mutex // one Write or Finish at a time
 	size     int64
-	written  atomic.Int64   // size, read without waiting for a Write
+	extend   int64          // a size set by Truncate beyond size: zeros up to it at Finish
+	shown    atomic.Int64   // max(size, extend), read without waiting for a Write
 	cur      []*cache.Block // the part being filled
 	curLen   int64
 	next     int // number of the next part
@@ -112,7 +113,10 @@ type Upload struct {
 	finished bool
 	result   error
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// name is the file as the namespace shows it: entry, or where a rename
+	// while it was written moved it (renameTo); its Version once finished.
+	name    Entry
 	parts   []objstore.CompletedPart
 	failure error
 	sending sync.WaitGroup
@@ -121,7 +125,7 @@ type Upload struct {
 func (f *FS) newUpload(e Entry) *Upload {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.m.UploadsInFlight.Inc()
-	return &Upload{f: f, up: f.w.up, entry: e, start: time.Now(), ctx: ctx, cancel: cancel,
+	return &Upload{f: f, up: f.w.up, entry: e, name: e, start: time.Now(), ctx: ctx, cancel: cancel,
 		slots: make(chan struct{}, f.cfg.Writes.PartsInFlight), next: 1}
 }
 
@@ -129,12 +133,41 @@ func (f *FS) newUpload(e Entry) *Upload {
 func (u *Upload) Entry() Entry {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.entry
+	return u.name
 }
 
-// Size is the number of bytes written so far. It does not wait for a
-// Write that waits for a part to be sent.
-func (u *Upload) Size() int64 { return u.written.Load() }
+// renameTo has the upload end as the object dst: a rename of a file still
+// open for writing (safetensors renames its temporary file before it
+// closes it).
+func (u *Upload) renameTo(dst Entry) {
+	u.mu.Lock()
+	u.name = dst
+	u.mu.Unlock()
+}
+
+// Size is the file's size so far: the bytes written, or the size set by
+// Truncate if larger. It does not wait for a Write that waits for a part
+// to be sent.
+func (u *Upload) Size() int64 { return u.shown.Load() }
+
+// Truncate sets the file's size while it is written. It may not cut what
+// was written (ErrTruncate); a larger size is the size the file will have
+// (writers that set the size first and then write, as safetensors does):
+// writes go on from the end of what was written, and what they have not
+// written by Finish is zeros.
+func (u *Upload) Truncate(size int64) error {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	switch {
+	case u.finished:
+		return ErrUploaded
+	case size < u.size:
+		return fmt.Errorf("%s: truncate to %d, %d bytes written: %w", u.entry.Path(), size, u.size, ErrTruncate)
+	}
+	u.extend = size
+	u.shown.Store(size)
+	return nil
+}
 
 // Started is when the file was opened for writing: its time until it is uploaded.
 func (u *Upload) Started() time.Time { return u.start }
@@ -171,6 +204,10 @@ func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error)
 	if err := u.failed(); err != nil {
 		return 0, errno.With(syscall.EIO, err)
 	}
+	return u.write(ctx, data)
+}
+
+func (u *Upload) write(ctx context.Context, data []byte) (int, error) {
 	partSize := u.f.cfg.Writes.PartSize
 	n := 0
 	for n < len(data) {
@@ -200,7 +237,7 @@ func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error)
 
 func (u *Upload) wrote(n int, err error) (int, error) {
 	u.size += int64(n)
-	u.written.Store(u.size)
+	u.shown.Store(max(u.size, u.extend))
 	u.f.m.WriteBytes.Add(float64(n))
 	if n > 0 {
 		return n, nil // a short write; the next one meets the error
@@ -292,7 +329,17 @@ func (u *Upload) Finish() error {
 		return u.result
 	}
 	u.finished = true
-	v, err := u.finish()
+	var err error
+	if u.extend > u.size && u.failed() == nil {
+		err = u.pad()
+	}
+	var v objstore.Version
+	if err == nil {
+		v, err = u.finish()
+	} else if u.uploadID != "" {
+		u.sending.Wait()
+		u.abort()
+	}
 	u.cancel()
 	release(u.cur)
 	u.cur, u.curLen = nil, 0
@@ -307,28 +354,41 @@ func (u *Upload) Finish() error {
 	}
 	u.f.m.UploadsDone.WithLabelValues("completed").Inc()
 	u.mu.Lock()
-	u.entry.Version = v
-	e := u.entry
+	u.name.Version = v
+	e := u.name
 	u.mu.Unlock()
 	u.f.uploadEnded(u, e, true)
 	return nil
 }
 
+// pad writes zeros from the end of what was written to the size Truncate set.
+func (u *Upload) pad() error {
+	zeros := make([]byte, min(u.extend-u.size, 1<<20))
+	for u.size < u.extend {
+		if _, err := u.write(u.ctx, zeros[:min(u.extend-u.size, int64(len(zeros)))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (u *Upload) finish() (objstore.Version, error) {
 	b, k := u.entry.Bucket, u.entry.Key
+	final := u.Entry()
 	if u.uploadID == "" {
 		if err := u.failed(); err != nil {
 			return objstore.Version{}, err
 		}
+		// One PUT, under the name the file has now.
 		var v objstore.Version
 		err := u.retry(func(ctx context.Context) (err error) {
-			v, err = u.up.PutObject(ctx, b, k, views(u.cur))
+			v, err = u.up.PutObject(ctx, b, final.Key, views(u.cur))
 			return err
 		})
 		if err != nil {
 			return v, err
 		}
-		return u.version(v), nil
+		return u.version(final, v), nil
 	}
 	var err error
 	if u.curLen > 0 && u.failed() == nil {
@@ -354,7 +414,36 @@ func (u *Upload) finish() (objstore.Version, error) {
 		return v, err
 	}
 	u.f.w.journal.end(u.uploadID)
-	return u.version(v), nil
+	if final.Key != k {
+		if err := u.moveTo(final); err != nil {
+			return v, err
+		}
+	}
+	return u.version(final, v), nil
+}
+
+// moveTo copies the completed object to the name a rename gave the file
+// while it was written, and deletes it under the name it was uploaded as.
+// When the copy fails, the upload's object is deleted too: nothing is left.
+func (u *Upload) moveTo(final Entry) error {
+	b, k := u.entry.Bucket, u.entry.Key
+	err := u.retry(func(ctx context.Context) error {
+		_, err := u.up.CopyObject(ctx, b, k, final.Key)
+		return err
+	})
+	if err == nil && u.size > objstore.MaxCopyObject {
+		err = fmt.Errorf("%w: renamed while written, and grew past it", ErrRenameLarge)
+	}
+	derr := u.retry(func(ctx context.Context) error { return u.up.DeleteObject(ctx, b, k) })
+	if err != nil {
+		return fmt.Errorf("rename to %s: %w", final.Path(), err)
+	}
+	if derr != nil {
+		u.f.log.Warn("the file renamed while written was copied to its name, but the object it was uploaded as could not be deleted: both exist",
+			"uploaded_as", u.entry.Path(), "name", final.Path(), "err", derr)
+	}
+	u.f.Forget(b, k)
+	return nil
 }
 
 // abort drops the multipart upload, trying as often as a part would be
@@ -379,11 +468,11 @@ func (u *Upload) abort() {
 
 // version is the object as a HEAD sees it (the Last-Modified and the ETag
 // later lookups and reads pin), or what the upload's reply said.
-func (u *Upload) version(v objstore.Version) objstore.Version {
+func (u *Upload) version(final Entry, v objstore.Version) objstore.Version {
 	v.Size = u.size
 	ctx, cancel := context.WithTimeout(context.Background(), u.f.cfg.ReadTimeout)
 	defer cancel()
-	if o, err := u.f.store.Stat(ctx, u.entry.Bucket, u.entry.Key); err == nil && o.Size == u.size {
+	if o, err := u.f.store.Stat(ctx, final.Bucket, final.Key); err == nil && o.Size == u.size {
 		return o.Version
 	}
 	if v.LastModified.IsZero() {

@@ -412,3 +412,79 @@ func TestJournalAbortsUploadsAStoppedDaemonLeft(t *testing.T) {
 		t.Fatal("the completed upload's object is gone")
 	}
 }
+
+// A size set before the bytes are written (safetensors' save_file) is the
+// file's size: the writes fill it in order and zeros the rest; a size
+// below what was written is refused.
+func TestUploadTruncateSetsTheSizeAhead(t *testing.T) {
+	store := newMemStore()
+	f := writableFS(t, store, newMemUploader(store), nil)
+	u, err := f.Create(context.Background(), f.Root(), "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Truncate(10); err != nil {
+		t.Fatal(err)
+	}
+	if u.Size() != 10 {
+		t.Errorf("size %d after truncate to 10", u.Size())
+	}
+	if _, err := u.Write(context.Background(), 0, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Truncate(2); errnoOf(err) != syscall.EINVAL {
+		t.Errorf("truncate below what was written: %v, want EINVAL", err)
+	}
+	if err := u.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.objects["b/st"]; string(got) != "abc\x00\x00\x00\x00\x00\x00\x00" {
+		t.Fatalf("object %q", got)
+	}
+}
+
+// A file renamed while it is written (safetensors renames its temporary
+// file before closing it) ends as the object under its new name, whether
+// it is one PUT or a multipart upload; the old name holds nothing.
+func TestUploadRenamedWhileWritten(t *testing.T) {
+	for _, size := range []int{100, 2*testPart + 7} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			store := newMemStore()
+			mem := newMemUploader(store)
+			f := writableFS(t, store, mem, nil)
+			u, err := f.Create(context.Background(), f.Root(), ".tmp1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := pattern(size)
+			if _, err := u.Write(context.Background(), 0, data); err != nil {
+				t.Fatal(err)
+			}
+			src, err := f.Lookup(context.Background(), f.Root(), ".tmp1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Rename(context.Background(), src, f.Root(), "model.safetensors", false); err != nil {
+				t.Fatalf("rename while written: %v", err)
+			}
+			if _, err := f.Lookup(context.Background(), f.Root(), ".tmp1"); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("old name after the rename: %v", err)
+			}
+			if e, err := f.Lookup(context.Background(), f.Root(), "model.safetensors"); err != nil || e.Dir {
+				t.Errorf("new name while written: %+v, %v", e, err)
+			}
+			if err := u.Finish(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(store.objects["b/model.safetensors"], data) {
+				t.Fatal("the new name does not hold the bytes")
+			}
+			if _, ok := store.objects["b/.tmp1"]; ok {
+				t.Error("the old name holds an object")
+			}
+			if e, err := f.Lookup(context.Background(), f.Root(), "model.safetensors"); err != nil || e.Version.Size != int64(size) {
+				t.Errorf("lookup after close: %+v, %v", e, err)
+			}
+		})
+	}
+}

@@ -87,8 +87,8 @@ func (f *FS) Pending(dir Entry) []Entry {
 		}
 	}
 	for _, u := range f.w.open {
-		if u.entry.Bucket == dir.Bucket && parentKey(u.entry.Key) == dir.Key {
-			out = append(out, u.Entry())
+		if e := u.Entry(); e.Bucket == dir.Bucket && parentKey(e.Key) == dir.Key {
+			out = append(out, e)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -178,7 +178,8 @@ func (f *FS) startUpload(e Entry) (*Upload, error) {
 // the object, known to lookups at once and to the next listing of its
 // directory, and directories made above it are now S3's.
 func (f *FS) uploadEnded(u *Upload, e Entry, ok bool) {
-	path := u.entry.Path()
+	name := u.Entry()
+	path := name.Path()
 	f.w.mu.Lock()
 	if f.w.open[path] == u {
 		delete(f.w.open, path)
@@ -189,7 +190,7 @@ func (f *FS) uploadEnded(u *Upload, e Entry, ok bool) {
 		}
 	}
 	f.w.mu.Unlock()
-	f.Forget(u.entry.Bucket, u.entry.Key)
+	f.Forget(name.Bucket, name.Key)
 	if ok {
 		f.meta.Put(path, e)
 	}
@@ -306,11 +307,15 @@ func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, n
 		return Entry{}, fmt.Errorf("%s: %w", src.Path(), ErrRenameDir)
 	case dst.Bucket != src.Bucket:
 		return Entry{}, errno.New(syscall.EXDEV, "a rename between buckets")
-	case f.Writing(src) != nil:
-		return Entry{}, fmt.Errorf("%s: %w", src.Path(), ErrBusy)
 	case f.Writing(dst) != nil:
 		return Entry{}, fmt.Errorf("%s: %w", dst.Path(), ErrBusy)
-	case src.Version.Size > objstore.MaxCopyObject:
+	}
+	u := f.Writing(src)
+	size := src.Version.Size
+	if u != nil {
+		size = u.Size()
+	}
+	if size > objstore.MaxCopyObject {
 		return Entry{}, fmt.Errorf("%s: %w", src.Path(), ErrRenameLarge)
 	}
 	if _, err := f.store.Stat(ctx, dst.Bucket, dst.Key); err == nil {
@@ -322,6 +327,9 @@ func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, n
 		}
 	} else if !errors.Is(err, objstore.ErrNotFound) {
 		return Entry{}, err
+	}
+	if u != nil {
+		return f.renameUpload(u, src, dst)
 	}
 	if _, err := f.w.up.CopyObject(ctx, src.Bucket, src.Key, dst.Key); err != nil {
 		return Entry{}, errno.With(syscall.EIO, fmt.Errorf("rename %s to %s: copy: %w", src.Path(), dst.Path(), err))
@@ -344,5 +352,28 @@ func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, n
 		delete(f.w.dirs, Entry{Bucket: dst.Bucket, Key: k}.Path())
 	}
 	f.w.mu.Unlock()
+	return dst, nil
+}
+
+// renameUpload renames a file still open for writing: the namespace shows
+// it under its new name at once, and its upload ends as that object
+// (Upload.moveTo: a PUT under the new name, or a copy of the completed
+// multipart upload).
+func (f *FS) renameUpload(u *Upload, src, dst Entry) (Entry, error) {
+	f.w.mu.Lock()
+	if _, busy := f.w.open[dst.Path()]; busy {
+		f.w.mu.Unlock()
+		return Entry{}, fmt.Errorf("%s: %w", dst.Path(), ErrBusy)
+	}
+	if f.w.open[src.Path()] != u {
+		f.w.mu.Unlock()
+		return Entry{}, fmt.Errorf("%s: %w", src.Path(), ErrBusy)
+	}
+	delete(f.w.open, src.Path())
+	f.w.open[dst.Path()] = u
+	u.renameTo(dst)
+	f.w.mu.Unlock()
+	f.Forget(src.Bucket, src.Key)
+	f.Forget(dst.Bucket, dst.Key)
 	return dst, nil
 }

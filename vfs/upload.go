@@ -216,23 +216,38 @@ func (u *Upload) write(ctx context.Context, data []byte) (int, error) {
 				return u.wrote(n, err)
 			}
 		}
-		last := len(u.cur) - 1
-		if last < 0 || len(u.cur[last].Data) == cap(u.cur[last].Data) {
-			b, err := u.f.blocks.NewBlock(ctx, true)
-			if err != nil {
+		if u.cur == nil {
+			if err := u.gather(ctx); err != nil {
 				return u.wrote(n, err)
 			}
-			u.cur = append(u.cur, b)
-			last++
 		}
-		b := u.cur[last]
-		room := min(int64(cap(b.Data)-len(b.Data)), partSize-u.curLen)
-		k := int(min(room, int64(len(data)-n)))
+		b := u.cur[u.curLen/int64(u.f.cfg.BlockSize)]
+		k := min(cap(b.Data)-len(b.Data), len(data)-n)
 		b.Data = append(b.Data, data[n:n+k]...)
 		n += k
 		u.curLen += int64(k)
 	}
 	return u.wrote(n, nil)
+}
+
+// gather takes the memory of a whole part (its blocks) before any byte is
+// put in it, one writer at a time: writers that each held part of a part
+// while waiting for the rest could wait for each other forever. A writer
+// waiting here holds only parts being sent, which free their memory.
+func (u *Upload) gather(ctx context.Context) error {
+	u.f.w.gather.Lock()
+	defer u.f.w.gather.Unlock()
+	blocks := make([]*cache.Block, 0, u.f.cfg.Writes.PartSize/int64(u.f.cfg.BlockSize))
+	for len(blocks) < cap(blocks) {
+		b, err := u.f.blocks.NewBlock(ctx, true)
+		if err != nil {
+			release(blocks)
+			return err
+		}
+		blocks = append(blocks, b)
+	}
+	u.cur = blocks
+	return nil
 }
 
 func (u *Upload) wrote(n int, err error) (int, error) {

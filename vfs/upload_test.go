@@ -488,3 +488,48 @@ func TestUploadRenamedWhileWritten(t *testing.T) {
 		})
 	}
 }
+
+// Writers that together want more memory than the limit all finish: each
+// takes a whole part's memory before filling it, so none waits holding
+// part of a part that another's wait keeps it from completing.
+func TestUploadManyWritersInLittleMemory(t *testing.T) {
+	store := newMemStore()
+	f := writableFS(t, store, newMemUploader(store), func(c *Config) {
+		c.MemoryLimit, c.CacheSize = 32<<20, 0 // six parts of 5 MiB
+		c.Writes.PartsInFlight = 1
+	})
+	const writers = 8
+	data := pattern(3*testPart + 1)
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			u, err := f.Create(context.Background(), f.Root(), fmt.Sprint("w", i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			for off := 0; off < len(data); off += 1 << 20 {
+				if _, err := u.Write(context.Background(), int64(off), data[off:min(off+1<<20, len(data))]); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- u.Finish()
+		}()
+	}
+	for range writers {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("writers waiting for memory no one frees")
+		}
+	}
+	for i := range writers {
+		if !bytes.Equal(store.objects[fmt.Sprint("b/w", i)], data) {
+			t.Errorf("w%d is not what was written", i)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 type writeState struct {
 	up      objstore.Uploader
 	journal *journal
+	gather  sync.Mutex // one writer at a time takes a part's memory (Upload.gather)
 
 	mu   sync.Mutex
 	open map[string]*Upload // uploads in progress, by Entry.Path

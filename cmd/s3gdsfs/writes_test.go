@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
 // The write options set the core's write configuration, and a refused
@@ -33,5 +40,50 @@ func TestWriteOptionsAndTheirRefusals(t *testing.T) {
 	newOptionSet(&off)
 	if off.Core.Writes.Allow || off.Core.Writes.AllowOverwrite {
 		t.Fatal("writes are on by default")
+	}
+}
+
+// A daemon killed mid-upload leaves no object, only the multipart upload
+// it never completed; the next start with the same upload journal aborts
+// it.
+func TestKilledDaemonsUploadIsAbortedAtNextStart(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, journal := t.TempDir(), t.TempDir()
+	flags := []string{"--allow-writes", "--write-part-size", "5MiB", "--upload-journal", journal}
+	var first lockedBuffer
+	cmd := startMount(t, srv, mp, &first, flags...)
+	f, err := os.Create(filepath.Join(mp, "ckpt.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 12<<20)); err != nil {
+		t.Fatal(err)
+	}
+	uploads := func() int {
+		n := 0
+		for u := range srv.Client.ListIncompleteUploads(context.Background(), "data", "", true) {
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			n++
+		}
+		return n
+	}
+	waitFor(t, "the multipart upload on the server", func() bool { return uploads() == 1 })
+	cmd.Process.Kill()
+	cmd.Wait()
+	f.Close() // the mount is gone: ENOTCONN
+	if _, err := srv.Client.StatObject(context.Background(), "data", "ckpt.bin", minio.StatObjectOptions{}); err == nil {
+		t.Fatal("a killed upload left an object")
+	}
+	var second lockedBuffer
+	startMount(t, srv, mp, &second, flags...)
+	if n := uploads(); n != 0 {
+		t.Fatalf("%d multipart uploads open after the next start, want 0:\n%s", n, second.String())
+	}
+	if !strings.Contains(second.String(), "aborted multipart uploads a stopped daemon left") {
+		t.Errorf("the next start logged no abort:\n%s", second.String())
 	}
 }

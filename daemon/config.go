@@ -148,6 +148,9 @@ func DefaultUploadJournal() string {
 	if home, err := os.UserHomeDir(); err == nil {
 		return filepath.Join(home, ".local", "state", "s3gdsfs", "uploads")
 	}
+	if os.Geteuid() == 0 { // a system service without $HOME
+		return "/var/lib/s3gdsfs/uploads"
+	}
 	return ""
 }
 

@@ -259,6 +259,9 @@ func TestWriteRefusalsAnswerTheirErrno(t *testing.T) {
 	if err := os.Rename(p("ooo2"), p("old")); !errors.Is(err, syscall.EPERM) {
 		t.Errorf("rename onto an object without --allow-overwrite: %v, want EPERM", err)
 	}
+	if err := syscall.Rename(p("ooo2"), p("dir")); !errors.Is(err, syscall.EISDIR) { // os.Rename answers EEXIST itself
+		t.Errorf("rename onto a directory: %v, want EISDIR", err)
+	}
 	if err := os.Rename(p("dir"), p("dir2")); !errors.Is(err, syscall.EXDEV) {
 		t.Errorf("rename of a directory: %v, want EXDEV", err)
 	}

@@ -319,6 +319,9 @@ func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, n
 	if size > objstore.MaxCopyObject {
 		return Entry{}, fmt.Errorf("%s: %w", src.Path(), ErrRenameLarge)
 	}
+	if e, err := f.Lookup(ctx, dstDir, name); err == nil && e.Dir {
+		return Entry{}, errno.New(syscall.EISDIR, "the new name is a directory")
+	}
 	if _, err := f.store.Stat(ctx, dst.Bucket, dst.Key); err == nil {
 		switch {
 		case noReplace:

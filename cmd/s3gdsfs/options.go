@@ -141,7 +141,7 @@ func mountOptions(mf *mountFlags) []option {
 			help: "part of a multipart upload; a file is at most 10,000 parts, and one closed within its first part is one PUT"},
 		{name: "write-parts", group: groupWrites, arg: "N", value: (*intValue)(&c.Core.Writes.PartsInFlight), advanced: true,
 			help: "parts of one file sent at once; a writer that has filled one more waits (its memory counts in `--memory-limit`)"},
-		{name: "upload-journal", group: groupWrites, arg: "DIR", value: (*stringValue)(&c.Core.Writes.Journal), def: "`$XDG_STATE_HOME/s3gdsfs/uploads`, else `~/.local/state/s3gdsfs/uploads`", advanced: true,
+		{name: "upload-journal", group: groupWrites, arg: "DIR", value: (*stringValue)(&c.Core.Writes.Journal), def: "`$XDG_STATE_HOME/s3gdsfs/uploads`, else `~/.local/state/s3gdsfs/uploads` (root without `$HOME`: `/var/lib/s3gdsfs/uploads`)", advanced: true,
 			help: "where the multipart uploads in progress are recorded, so that a start after a killed daemon aborts those it left; empty: none"},
 
 		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.MemoryLimit),

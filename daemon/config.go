@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -107,7 +108,7 @@ const MaxPollRequests = 10 * time.Millisecond
 // Default is a mount's configuration where nothing is set: every default,
 // once. The mount point, the endpoint and the bucket are the caller's.
 func Default() Config {
-	return Config{
+	c := Config{
 		S3: S3Config{
 			Region:         "us-east-1",
 			ConnectTimeout: objstore.DefaultConnectTimeout,
@@ -134,6 +135,23 @@ func Default() Config {
 		ReadAhead: 1 << 20,
 		Metrics:   MetricsConfig{Addr: DefaultMetricsAddr},
 	}
+	c.Core.Writes.Journal = DefaultUploadJournal()
+	return c
+}
+
+// DefaultUploadJournal is where a daemon records the multipart uploads it
+// has open (vfs.WriteConfig.Journal): the user's state directory.
+func DefaultUploadJournal() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "s3gdsfs", "uploads")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "s3gdsfs", "uploads")
+	}
+	if os.Geteuid() == 0 { // a system service without $HOME
+		return "/var/lib/s3gdsfs/uploads"
+	}
+	return ""
 }
 
 // defaultPollRequests is how long a thread that has just replied polls for

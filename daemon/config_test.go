@@ -30,6 +30,9 @@ func TestValidateNamesTheSettingByItsPath(t *testing.T) {
 		{func(c *Config) { c.GPU.Mode, c.GPU.RDMA = "off", "loopback" }, "GPU.RDMA loopback: needs GPU reads"},
 		{func(c *Config) { c.Splice = "" }, `Splice "": `},
 		{func(c *Config) { c.S3.Endpoint = "" }, "S3.Endpoint"},
+		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartSize = true, 1<<20 }, "Core.Writes.PartSize 1MiB: between 5MiB and 5GiB"},
+		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartsInFlight = true, 0 }, "Core.Writes.PartsInFlight 0: "},
+		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartSize = true, 1<<30 }, "Core.Writes.PartSize 1GiB: 4 parts in flight"},
 	} {
 		cfg := base
 		c.mod(&cfg)

@@ -144,14 +144,19 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		return nil, err
 	}
 	d.Core = core
+	if err := enableWrites(cfg, core, base, d.Metrics); err != nil {
+		return nil, err
+	}
 
 	timeout := cfg.checkTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	err = core.Check(ctx)
 	cancel()
 	if err != nil {
+		core.CloseWrites()
 		return nil, explainCheck(err, cfg)
 	}
+	abortLeftUploads(cfg, core, timeout)
 	d.failures.armed.Store(true)
 
 	if d.GPU, err = newGPU(cfg, store, d.Metrics); err != nil {
@@ -210,11 +215,43 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
 		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr,
 		"whole_object_streams", !cfg.Core.NoStream, "fuse_poll", cfg.FS.PollRequests,
-		"splice", cfg.Core.Splice, "splice_ahead", cfg.Core.SpliceAhead)
+		"splice", cfg.Core.Splice, "splice_ahead", cfg.Core.SpliceAhead,
+		"writes", cfg.Core.Writes.Allow, "overwrite", cfg.Core.Writes.AllowOverwrite)
 	if spliceWhyNot != "" && cfg.Splice != "never" {
 		cfg.Log.Info("replies not spliced", "why", spliceWhyNot)
 	}
 	return d, nil
+}
+
+// enableWrites gives the core the store's write side where writes are
+// allowed: the store must be an objstore.Uploader (the S3 client is).
+func enableWrites(cfg Config, core *vfs.FS, store objstore.Store, m *metrics.Set) error {
+	if !cfg.Core.Writes.Allow {
+		return nil
+	}
+	up, ok := store.(objstore.Uploader)
+	if !ok {
+		return setting.Refuse("Core.Writes.Allow", true, "the store (%T) cannot write", store)
+	}
+	if err := core.EnableWrites(objstore.MeteredUploader{Inner: up, M: m}); err != nil {
+		return setting.Refuse("Core.Writes.Journal", cfg.Core.Writes.Journal, "%v", err)
+	}
+	return nil
+}
+
+// abortLeftUploads aborts the multipart uploads a killed daemon left
+// (vfs.FS.AbortLeftUploads); what it cannot abort now it logs, and a later
+// start tries again.
+func abortLeftUploads(cfg Config, core *vfs.FS, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	n, err := core.AbortLeftUploads(ctx)
+	if n > 0 {
+		cfg.Log.Info("aborted multipart uploads a stopped daemon left", "uploads", n, "journal", cfg.Core.Writes.Journal)
+	}
+	if err != nil {
+		cfg.Log.Warn("multipart uploads a stopped daemon left could not all be aborted; the next start tries again", "err", err)
+	}
 }
 
 // resolveSplice decides Splice for a mount of store: whether, and if not
@@ -265,6 +302,9 @@ func (d *Daemon) release() {
 		d.stop()
 	}
 	d.closeHTTP()
+	if d.Core != nil {
+		d.Core.CloseWrites()
+	}
 	if d.fabric != nil {
 		d.fabric.Close()
 	}

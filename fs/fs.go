@@ -8,6 +8,7 @@ package fs
 import (
 	"context"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -65,6 +66,17 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 	if opts.FsName == "" {
 		opts.FsName = "s3gdsfs"
 	}
+	// Without writes the mount is read-only, and the kernel answers every
+	// write-side call EROFS itself. With them the owner may write (u+w),
+	// and an open's O_TRUNC comes with the OPEN (ATOMIC_O_TRUNC) so that
+	// an open that would modify an object is told from one that replaces it.
+	mountOpts, caps := []string{"ro", "default_permissions"}, uint64(fuse.CAP_DIRECT_IO_ALLOW_MMAP)
+	if core.Writable() {
+		mountOpts[0] = "rw"
+		caps |= fuse.CAP_ATOMIC_O_TRUNC
+		opts.FileMode |= 0o200
+		opts.DirMode |= 0o200
+	}
 	mt := &mount{core: core, gpu: gpu, m: m, opts: opts, started: time.Now()}
 	if gpu != nil {
 		mt.callers = callers.New(gpu)
@@ -82,12 +94,12 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			MaxReadAhead: MaxRead,
 			// mmap of a file opened with direct I/O (kernel 6.6 and later;
 			// older kernels refuse shared mappings of such files).
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			ExtraCapabilities: caps,
 			// More parallel reads from the kernel's readahead.
 			MaxBackground: 64,
 			// The kernel checks modes and ownership itself, so AllowOther
 			// never lets a user read what the modes forbid.
-			Options:     []string{"ro", "default_permissions"},
+			Options:     mountOpts,
 			DirectMount: true,
 			// Replies come from memory (one writev), or with --splice
 			// from a pipe the socket's bytes were spliced into.
@@ -151,7 +163,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return &dirStream{r: d.mount.core.ReadDir(d.entry)}, 0
+	// Directories made here and files being written show before the
+	// listing, which does not hold them yet.
+	s := &dirStream{r: d.mount.core.ReadDir(d.entry), buf: d.mount.core.Pending(d.entry)}
+	for _, e := range s.buf {
+		if s.pending == nil {
+			s.pending = make(map[string]bool)
+		}
+		s.pending[e.Name] = true
+	}
+	return s, 0
 }
 
 func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -192,6 +213,7 @@ type fileNode struct {
 	mu    sync.Mutex
 	entry vfs.Entry
 	stats fileStats
+	w     *vfs.Upload // the upload writing the file, until it ends (write.go)
 }
 
 var (
@@ -224,6 +246,9 @@ func (f *fileNode) fillAttr(a *fuse.Attr) {
 	a.Owner = fuse.Owner{Uid: f.mount.opts.UID, Gid: f.mount.opts.GID}
 	mt := e.Version.LastModified
 	a.SetTimes(&mt, &mt, &mt)
+	if w := f.writer(); w != nil {
+		writeAttr(a, w)
+	}
 }
 
 // readErrno is the answer to a failed read of the file, POSIX or GPU
@@ -264,9 +289,12 @@ func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 
 func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		return nil, 0, syscall.EROFS
+		return f.openWrite(ctx, flags)
 	}
 	e := f.getEntry()
+	if f.mount.core.Writing(e) != nil {
+		return nil, 0, errno(vfs.ErrBusy)
+	}
 	h, err := f.mount.core.Open(e)
 	if err != nil {
 		return nil, 0, errno(err)
@@ -401,6 +429,10 @@ type dirStream struct {
 	buf  []vfs.Entry
 	err  error
 	done bool
+	// pending are the names shown ahead of the listing (Pending); the
+	// listing's own entry of such a name (an object being replaced) is
+	// skipped.
+	pending map[string]bool
 }
 
 func (s *dirStream) HasNext() bool {
@@ -408,6 +440,12 @@ func (s *dirStream) HasNext() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		batch, err := s.r.Next(ctx)
 		cancel()
+		if s.pending != nil && len(batch) > 0 {
+			batch = slices.DeleteFunc(batch, func(e vfs.Entry) bool { return s.pending[e.Name] })
+			if err == nil && len(batch) == 0 {
+				continue // all shown already; the listing goes on
+			}
+		}
 		s.buf, s.err = batch, err
 		if err == nil && len(batch) == 0 {
 			s.done = true

@@ -51,6 +51,12 @@ type Set struct {
 	OpenHandles  prometheus.Gauge
 	ReadRetries  prometheus.Counter
 	ChangedReads prometheus.Counter
+	// Writes (--allow-writes, vfs/upload.go): bytes accepted from writers,
+	// uploads open, parts sent again, and uploads that ended how.
+	WriteBytes        prometheus.Counter
+	UploadsInFlight   prometheus.Gauge
+	UploadPartRetries prometheus.Counter
+	UploadsDone       *prometheus.CounterVec // outcome: completed, aborted
 	// ReadStreams counts whole-object GETs sent for sequential readers;
 	// ReadStreamEnds says why each ended.
 	ReadStreams    prometheus.Counter
@@ -180,6 +186,18 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.ChangedReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_changed_object_reads_total", Help: "Reads refused because the object changed after it was opened.",
 	})
+	s.WriteBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_write_bytes_total", Help: "Bytes written to files of the mount (--allow-writes).",
+	})
+	s.UploadsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "s3gdsfs_uploads_in_flight", Help: "Files open for writing whose upload has not ended.",
+	})
+	s.UploadPartRetries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_upload_part_retries_total", Help: "Upload requests (parts, PUTs, completions) sent again after a transient failure.",
+	})
+	s.UploadsDone = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_uploads_total", Help: "Uploads ended, by outcome: completed (the object is visible) or aborted (nothing is).",
+	}, []string{"outcome"})
 	s.ReadStreams = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_read_streams_total", Help: "Whole-object GETs that fed a sequential reader instead of ranged GETs.",
 	})
@@ -293,6 +311,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.GPUReadBytes.WithLabelValues(t)
 		s.GPUReads.WithLabelValues(t)
 	}
+	for _, o := range []string{"completed", "aborted"} {
+		s.UploadsDone.WithLabelValues(o)
+	}
 	for d := abi.DeclineRegistrationFailed; d <= abi.DeclineRDMAUnavailable; d++ {
 		s.GPUDeclined.WithLabelValues(d.String())
 		s.GPUDeclinedBytes.WithLabelValues(d.String())
@@ -305,6 +326,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BlockCacheHits, s.BlockCacheMisses, s.MetaCacheHits, s.MetaCacheMisses,
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
+		s.WriteBytes, s.UploadsInFlight, s.UploadPartRetries, s.UploadsDone,
 		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,

@@ -74,6 +74,8 @@ type Config struct {
 	// never copied through the daemon (splice.go). Needs a store that is a
 	// RawGetter and replies the FUSE layer splices.
 	Splice bool
+	// Writes is the write side: off unless Writes.Allow (upload.go).
+	Writes WriteConfig
 	// SpliceAhead has a spliced feed move the next reply's bytes out of
 	// the socket while this reply is written, into a second pipe on a
 	// goroutine of its own, rather than when the next read comes: a
@@ -108,6 +110,7 @@ func DefaultConfig() Config {
 		StreamIdle:    5 * time.Second,
 		// Where DirectIOAuto switches to direct I/O.
 		DirectIOMinSize: 64 << 20,
+		Writes:          DefaultWriteConfig(),
 	}
 }
 
@@ -174,6 +177,9 @@ func (c Config) Validate() error {
 		return setting.Refuse("DirectIO", int(c.DirectIO), "not a policy")
 	case c.Prefix != "" && c.Bucket == "":
 		return setting.Refuse("Prefix", c.Prefix, "a prefix needs a bucket")
+	}
+	if err := c.Writes.validate(c.BlockSize, c.MemoryLimit); err != nil {
+		return setting.Within("Writes", err)
 	}
 	return nil
 }
@@ -251,6 +257,8 @@ type FS struct {
 
 	skippedMu sync.Mutex
 	skipped   map[string]struct{} // keys already logged, bounded
+
+	w *writeState // nil unless writes are allowed (write.go)
 }
 
 // New builds the core. It sends no request: Check does that.
@@ -337,6 +345,9 @@ func (f *FS) Lookup(ctx context.Context, dir Entry, name string) (Entry, error) 
 		child = Entry{Name: name, Dir: true, Bucket: name}
 	}
 	cacheKey := child.Path()
+	if e, ok := f.pending(cacheKey); ok { // being written, or made here (write.go)
+		return e, nil
+	}
 	if e, exists, ok := f.meta.Lookup(cacheKey); ok {
 		if !exists {
 			f.m.MetaCacheHits.WithLabelValues("negative").Inc()

@@ -70,6 +70,7 @@ type bareValue interface {
 const (
 	groupStore   = "S3 endpoint"
 	groupFiles   = "Files and names"
+	groupWrites  = "Writes"
 	groupMemory  = "Memory and prefetching"
 	groupStream  = "Whole-object streams and splicing"
 	groupKernel  = "Page cache and FUSE"
@@ -131,6 +132,17 @@ func mountOptions(mf *mountFlags) []option {
 			help: "how long names and sizes are cached; `0`: not cached"},
 		{name: "negative-ttl", group: groupFiles, arg: "DURATION", value: (*durationValue)(&c.Core.NegativeTTL),
 			help: "how long a missing name is cached; `0`: not cached"},
+
+		{name: "allow-writes", group: groupWrites, value: (*boolValue)(&c.Core.Writes.Allow), bare: "true",
+			help: "let new files be written (in order, uploaded as they are written), renamed and removed, and directories made; off: the mount is read-only (docs/operations.md, \"Writes\")"},
+		{name: "allow-overwrite", group: groupWrites, value: (*boolValue)(&c.Core.Writes.AllowOverwrite), bare: "true",
+			help: "with `--allow-writes`, let an open with `O_TRUNC` or a rename replace an existing object"},
+		{name: "write-part-size", group: groupWrites, arg: "SIZE", value: (*cli.Size)(&c.Core.Writes.PartSize), advanced: true,
+			help: "part of a multipart upload; a file is at most 10,000 parts, and one closed within its first part is one PUT"},
+		{name: "write-parts", group: groupWrites, arg: "N", value: (*intValue)(&c.Core.Writes.PartsInFlight), advanced: true,
+			help: "parts of one file sent at once; a writer that has filled one more waits (its memory counts in `--memory-limit`)"},
+		{name: "upload-journal", group: groupWrites, arg: "DIR", value: (*stringValue)(&c.Core.Writes.Journal), def: "`$XDG_STATE_HOME/s3gdsfs/uploads`, else `~/.local/state/s3gdsfs/uploads` (root without `$HOME`: `/var/lib/s3gdsfs/uploads`)", advanced: true,
+			help: "where the multipart uploads in progress are recorded, so that a start after a killed daemon aborts those it left; empty: none"},
 
 		{name: "memory-limit", group: groupMemory, arg: "SIZE", value: (*cli.Size)(&c.Core.MemoryLimit),
 			help: "all block memory: prefetch buffers and cache"},

@@ -51,6 +51,10 @@ const (
 	// LieLength declares a Content-Length larger than the body, sends the
 	// whole body, then closes the connection.
 	LieLength
+	// CutRequest reads part of the request's body (an upload's bytes)
+	// and then resets the connection, as a link that breaks mid-upload;
+	// nothing reaches the server. Not among AllKinds: it breaks writes.
+	CutRequest
 
 	numKinds
 )
@@ -64,6 +68,7 @@ var kindNames = [...]string{
 	StallBody:    "stall_body",
 	Truncate:     "truncate",
 	LieLength:    "lie_length",
+	CutRequest:   "cut_request",
 }
 
 func (k Kind) String() string {
@@ -249,6 +254,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case StallHeaders:
 		p.count(k)
 		p.stall(r.Context().Done())
+		return
+	case CutRequest:
+		p.count(k)
+		io.CopyN(io.Discard, r.Body, int64(float64(r.ContentLength)*frac))
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0) // RST, not FIN
+			}
+			conn.Close()
+		}
 		return
 	}
 	resp, err := p.forward(r)

@@ -28,6 +28,8 @@ func Config(t testing.TB, srv *testenv.Server, bucket, mp string) daemon.Config 
 	cfg.Core.Bucket = bucket
 	cfg.Splice = "never"
 	cfg.Metrics.Addr = ""
+	// The test's own upload journal, never the user's.
+	cfg.Core.Writes.Journal = t.TempDir()
 	return cfg
 }
 

@@ -4,8 +4,12 @@
 package gotest
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 
 	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
@@ -87,10 +93,19 @@ func TestPythonClientOnMount(t *testing.T) {
 	}
 
 	mp := mount(t, srv)
+	srv.CreateBucket(t, writeBucket)
+	writeMP := t.TempDir()
+	wcfg := mounttest.Config(t, srv, writeBucket, writeMP)
+	wcfg.Core.Writes.Allow = true
+	wcfg.Core.Writes.PartSize = 5 << 20 // checkpoints of a few parts
+	mounttest.Start(t, wcfg)
+	writtenPath := filepath.Join(work, "written.json")
 	env := []string{
 		"S3GDS_MOUNT=" + mp,
 		"S3GDS_TEST_LOCAL=" + local,
 		"S3GDS_TEST_MANIFEST=" + manifestPath,
+		"S3GDS_WRITE_MOUNT=" + writeMP,
+		"S3GDS_TEST_WRITTEN=" + writtenPath,
 		"PYTHONDONTWRITEBYTECODE=1",
 	}
 	// tests/test_mounted.py is for client/go/s3gds's fake daemon (TestPythonClientThroughFUSE).
@@ -105,6 +120,45 @@ func TestPythonClientOnMount(t *testing.T) {
 	}
 	if !regexp.MustCompile(`\d+ passed`).MatchString(out) {
 		t.Errorf("pytest passed no test")
+	}
+	checkWritten(t, srv, writtenPath)
+}
+
+// writeBucket is where the write tests (tests/test_write.py) save checkpoints.
+const writeBucket = "ckpt"
+
+// checkWritten compares what the write tests read back through the mount
+// with the objects straight from S3, and finds no multipart upload open.
+func checkWritten(t *testing.T, srv *testenv.Server, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the write tests left no record: %v", err)
+	}
+	var written map[string]string
+	if err := json.Unmarshal(b, &written); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"torch/model.pt", "st/model.safetensors", "dcp/step-1/.metadata"} {
+		if _, ok := written[key]; !ok {
+			t.Errorf("the write tests did not write %s", key)
+		}
+	}
+	ctx := context.Background()
+	for key, want := range written {
+		o, err := srv.Client.GetObject(ctx, writeBucket, key, minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, o)
+		o.Close()
+		if got := hex.EncodeToString(h.Sum(nil)); err != nil || got != want {
+			t.Errorf("%s: S3 holds sha256 %s (%v), the mount read %s", key, got, err, want)
+		}
+	}
+	for u := range srv.Client.ListIncompleteUploads(ctx, writeBucket, "", true) {
+		t.Errorf("multipart upload left open: %s %s %v", u.Key, u.UploadID, u.Err)
 	}
 }
 

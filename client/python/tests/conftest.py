@@ -3,6 +3,8 @@
 S3GDS_MOUNT          an s3gdsfs mount of the test bucket, host stand-in enabled
 S3GDS_TEST_LOCAL     the directory make_fixtures.py wrote (uploaded under the same keys)
 S3GDS_TEST_MANIFEST  JSON {key: {"size": n, "sha256": hex}} of the dataset objects
+S3GDS_WRITE_MOUNT    a mount of another bucket with writes allowed (--allow-writes)
+S3GDS_TEST_WRITTEN   where the write tests leave {key: sha256} of what they wrote
 """
 
 import json
@@ -34,3 +36,13 @@ def local():
 def manifest():
     with open(_env("S3GDS_TEST_MANIFEST")) as f:
         return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def write_mount():
+    return _env("S3GDS_WRITE_MOUNT")
+
+
+@pytest.fixture(scope="session")
+def write_manifest():
+    return _env("S3GDS_TEST_WRITTEN")

@@ -131,7 +131,7 @@ func Default() Config {
 		// With 1 MiB of kernel readahead, a sequential reader's requests
 		// reach the daemon 1 MiB at a time, the largest reply FUSE
 		// carries; more readahead read no faster (docs/benchmarks.md,
-		// "Tried and not kept").
+		// "Defaults and why").
 		ReadAhead: 1 << 20,
 		Metrics:   MetricsConfig{Addr: DefaultMetricsAddr},
 	}
@@ -160,7 +160,7 @@ func DefaultUploadJournal() string {
 // reader's next request, which on a virtual machine whose idle CPUs halt
 // includes the reader's own wake-up and often outlasts a shorter poll, so
 // a single reader read faster with 1 ms than with 50 us, and with either
-// than without polling (docs/benchmarks.md, "Polling for requests").
+// than without polling (docs/benchmarks.md, "Defaults and why").
 // With fewer than 8 CPUs the polling threads take the cores the reader and
 // a local server need, so none there. An idle mount sleeps 1 ms after its
 // last request.

@@ -135,8 +135,7 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	// below 8 CPUs by default), and splicing the next reply beside this
 	// one needs a CPU beside the reader's: on 2 cores it gained nothing
 	// and filling ahead made a single reader slower, on 16 it took the
-	// splice out of each request's chain (docs/benchmarks.md, "Filling the
-	// next reply ahead" and "The next reply spliced beside this one").
+	// splice out of each request's chain (docs/benchmarks.md, "Defaults and why").
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
 	d.cfg = cfg
 	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)

@@ -28,7 +28,7 @@ const (
 	// at for an INTERRUPT, while there are any: a kill inside a request
 	// is noticed within it. A timer for each request instead would wake
 	// the runtime's poller thread as it is armed, for most READs
-	// (docs/benchmarks.md, "Watching for interrupts").
+	// (docs/benchmarks.md, "Defaults and why").
 	scanInterval = 10 * time.Millisecond
 	// killWatchInterval is how often a caller interrupted by a signal it
 	// handles is looked at again. The kernel sends one INTERRUPT per

@@ -75,7 +75,7 @@ type Config struct {
 }
 
 // DefaultConfig is the engine's configuration where a mount sets nothing
-// (docs/benchmarks.md, "GPU: one pool of slots"). Slots are a few MiB, in
+// (docs/benchmarks.md, "Defaults and why"). Slots are a few MiB, in
 // one pool per device that every GET takes from, the slot freed last
 // first, so the bytes a GET reads land in memory the CPU and the copy
 // engine touched last, still in the CPU's cache; the ring holds enough for

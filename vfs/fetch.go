@@ -287,8 +287,7 @@ func (fe *fetcher) complete(o object, idx int64, b *cache.Block, p *pending, err
 // part: one request where ranges take dozens, less work per byte in the
 // daemon, and servers serve a whole object more cheaply than ranges of it
 // (versitygw sends a whole object with sendfile, a range through a buffer;
-// docs/benchmarks.md, "Where the time goes, and why the targets are not
-// all held").
+// docs/benchmarks.md, "Where the time goes").
 // The handle claims blocks for the stream as its window advances, as it
 // would start ranged GETs for them: a claimed block is pending in the
 // fetcher, so other readers wait on it like on any download, and the body is

@@ -22,7 +22,7 @@ import (
 // socket's pages into the reader's buffer, where the ordinary path copies it
 // twice (socket to block, block to reader) and spends the daemon's CPU on
 // the first: on two cores that copy is what held the mount below raw GETs
-// (docs/benchmarks.md, "Splicing").
+// (docs/benchmarks.md, "Defaults and why").
 //
 // What it gives up, and so when it is used: the bytes are in no block, so a
 // second reader of the object cannot share them and they do not enter the
@@ -38,7 +38,7 @@ import (
 // FUSE layer writes the reply out of the first (on another CPU), and the two
 // pipes change places once the reply is written. On 16 cores that took the
 // splice out of the reader's chain of each request (docs/benchmarks.md,
-// "The next reply spliced beside this one"):
+// "Defaults and why"):
 // spliced after the reply, as the reader woke, it was still running when
 // the next read came. Where a second pipe cannot be had (the user's pipe
 // allowance), or the pipe holds more than this reply, the feed splices what

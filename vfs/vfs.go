@@ -104,7 +104,7 @@ func DefaultConfig() Config {
 		// One connection to a store on the same host or network carries
 		// more than this even on a loaded two-core machine, where the
 		// machine and not the connection is the limit (docs/benchmarks.md,
-		// "POSIX reads"); a stream slower than this has something wrong
+		// "Defaults and why"); a stream slower than this has something wrong
 		// with it, and parallel ranges spread the load.
 		StreamMinRate: 64 << 20,
 		StreamIdle:    5 * time.Second,

@@ -57,8 +57,7 @@ const (
 // fenceFlags: the driver spins while a slot's fence is waited for (its
 // default with one context on a host of many cores). Fences that sleep
 // (cuEventBlockingSync) cost less CPU when copies are the bottleneck but
-// read no faster end to end (docs/benchmarks.md, "GPU: the wait for a
-// slot"). A variable so that the benchmark can compare the two.
+// read no faster end to end (docs/benchmarks.md, "Defaults and why"). A variable so that the benchmark can compare the two.
 var fenceFlags uint32 = cuEventDisableTiming
 
 // cuIpcMemHandle is CUipcMemHandle, passed by value.

@@ -2,7 +2,8 @@
 GB/s by process count, its ratio to the raw GETs of the same run, the GPU
 path against the same copies made without the daemon, and the checks (every
 buffer's sha256, errors); writes summary.json, summary.md and gpu-bench.png
-into the run's folder.
+(one chart per object size, each path and its references by process count,
+the host from host.txt in the title) into the run's folder.
 
   python3 gpu_bench_report.py OUT
 """
@@ -13,6 +14,12 @@ import os
 import sys
 
 THREADS = 8  # per process, as gpu_bench.sh runs them
+BOUND = "the same copies without the daemon (s3load --device 0)"
+RAW = "raw GETs (minio-go), same streams"
+# The runs' labels in words, for the plot.
+PEERS = {"kvikio": "peer: kvikio RemoteFile into device memory",
+         "s3torchconnector": "peer: s3torchconnector into pinned memory + device copy",
+         "boto3": "peer: boto3 into pinned memory + device copy"}
 
 
 def load(path):
@@ -58,7 +65,7 @@ def main():
         g = load(p)["gbps"]
         bound[str(workers // THREADS)] = {"gbps": g, "raw_gbps": raw, "ratio": g / raw if raw else None}
     if bound:
-        summary["the same copies without the daemon (s3load --device 0)"] = bound
+        summary[BOUND] = bound
         gpu = summary.get("gpu-http", {})
         summary["gpu-http / the copies without the daemon"] = {
             n: {"of_bound": gpu[n]["gbps"] / b["gbps"]} for n, b in bound.items() if n in gpu and b["gbps"]}
@@ -99,28 +106,110 @@ def main():
         f.write(md + "\n")
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
+    plot(out, summary)
+
+
+def object_size(out, manifest, default):
+    try:
+        n = load(os.path.join(out, manifest))["objects"][0]["size"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return default
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n / 1e6:.0f} MB"
+
+
+def host_words(out):
+    """host.txt (gpu_bench.sh: nproc, then nvidia-smi's name, memory per GPU) in a few words."""
+    try:
+        lines = [line.strip() for line in open(os.path.join(out, "host.txt")) if line.strip()]
+    except OSError:
+        return "host not recorded"
+    words = f"{lines[0]} cores" if lines and lines[0].isdigit() else "host"
+    gpus = [line.split(",")[0] for line in lines[1:]]
+    if gpus:
+        words += f", {len(gpus)}x {gpus[0]}" if len(set(gpus)) == 1 else ", " + " + ".join(gpus)
+    return words
+
+
+def series(name, variants):
+    """A summary row's name in words, or None for rows the plot leaves out."""
+    if name == "gpu-http":
+        return "s3gdsfs, GPU reads over HTTP"
+    if name == "gpu-rdma":
+        return "s3gdsfs, GPU reads over loopback RDMA"
+    if name == "posix-copy":
+        return "s3gdsfs, POSIX reads into pinned memory + device copy"
+    if name == BOUND:
+        return "the same GETs + device copies, without s3gdsfs"
+    if name.startswith("peer "):
+        return PEERS.get(name[5:], "peer: " + name[5:])
+    if name.startswith("variant-"):
+        i = int(name[8:]) - 1
+        flags = variants[i].split(":", 1)[1].strip() if i < len(variants) else name
+        return f"s3gdsfs over HTTP, {flags}"
+    if name.startswith("gpu-http-") and name != "gpu-http-768":
+        return f"s3gdsfs build {name[9:]}, GPU reads over HTTP"
+    return None
+
+
+def plot(out, summary):
+    """gpu-bench.png: one chart per object size, only figures measured alike on each."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, by in summary.items():
-        if name.startswith("_") or "ops/s" in name:
-            continue
-        pts = [(int(n), e["gbps"]) for n, e in by.items() if n.isdigit() and "gbps" in e]
-        if len(pts) > 1:
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label=name)
-    raw = summary.get("gpu-http", {})
-    pts = sorted((int(n), e["raw_gbps"]) for n, e in raw.items() if e.get("raw_gbps"))
-    if pts:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "k:x", label="raw minio-go GETs, same streams")
-    ax.set_xlabel("processes (8 threads each)")
-    ax.set_ylabel("GB/s into device memory")
-    ax.set_xscale("log", base=2)
-    ax.legend(fontsize=7)
+
+    def pts(by, key):
+        return sorted((int(n), e[key]) for n, e in by.items() if n.isdigit() and e.get(key))
+
+    big = object_size(out, "big.json", "256 MiB")
+    variants = summary.get("_variants", [])
+    charts = []  # (title, y label, [(label, points, style)])
+    lines = [(series(name, variants), pts(by, "gbps"), "-o") for name, by in summary.items()
+             if not name.startswith("_") and series(name, variants)]
+    raw = pts(summary.get("gpu-http", {}), "raw_gbps")
+    if raw:
+        lines.append((RAW, raw, "k:x"))
+    # The mount's paths first, then what they are measured against, then the other ways in.
+    order = ("s3gdsfs,", "s3gdsfs over", "s3gdsfs build", "the same GETs", "raw GETs", "s3gdsfs, POSIX", "peer")
+    lines = sorted((line for line in lines if line[1]),
+                   key=lambda line: max(i for i, w in enumerate(order) if line[0].startswith(w)))
+    if lines:
+        charts.append((f"{big} objects", "GB/s into device memory (10^9 bytes/s)", lines))
+    huge = summary.get("gpu-http-768", {})
+    if pts(huge, "gbps"):
+        charts.append((f"{object_size(out, 'huge.json', '768 MiB')} objects", "GB/s into device memory (10^9 bytes/s)",
+                       [("s3gdsfs, GPU reads over HTTP", pts(huge, "gbps"), "-o"), (RAW, pts(huge, "raw_gbps"), "k:x")]))
+    ops = summary.get("gpu-http ops/s 64MiB", {})
+    if pts(ops, "ops_per_s"):
+        charts.append((f"{object_size(out, 'mid.json', '64 MiB')} objects", "whole objects read per second",
+                       [("s3gdsfs, GPU reads over HTTP", pts(ops, "ops_per_s"), "-o"),
+                        (RAW, pts(ops, "raw_ops_per_s"), "k:x")]))
+    if not charts:
+        return
+    widths = [2.2] + [1] * (len(charts) - 1)
+    fig, axes = plt.subplots(1, len(charts), figsize=(6.5 + 3.5 * (len(charts) - 1), 5.5), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
+    fig.suptitle(f"GPU reads through one s3gdsfs mount: N processes x {THREADS} threads landing whole objects "
+                 f"in device memory\n{host_words(out)}; versitygw on loopback", fontsize=10)
+    for ax, (title, ylabel, drawn) in zip(axes[0], charts):
+        ns = sorted({p[0] for _, ps, _ in drawn for p in ps})
+        for label, ps, style in drawn:
+            if ps:
+                ax.plot([p[0] for p in ps], [p[1] for p in ps], style, label=label)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel(f"processes ({THREADS} threads each)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns)
+        ax.set_xticklabels([str(n) for n in ns])
+        ax.minorticks_off()
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        # Below the chart, where it hides no point.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.13), ncol=1 if len(drawn) < 4 else 2)
+    fig.tight_layout()
     fig.savefig(os.path.join(out, "gpu-bench.png"), dpi=120, bbox_inches="tight")
 
 

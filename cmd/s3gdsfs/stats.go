@@ -23,7 +23,7 @@ or about one file on it: bytes read by path (POSIX, spliced, GPU over HTTP or
 RDMA), errors by kind, GPU reads declined by reason, memory in use against
 its limit. --json prints the extended attributes user.s3gdsfs.caps and
 user.s3gdsfs.stats as they are (docs/ioctl.md); --watch prints it again every
-SECONDS until interrupted.
+SECONDS until interrupted, each byte count with its GB/s since the print before.
 `
 
 // runStats prints what a mount says about itself: its capabilities and
@@ -60,6 +60,7 @@ func runStats(args []string) error {
 	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		clear = *watch > 0 && !*asJSON
 	}
+	var last *snapshot // the print before, for the rates of --watch
 	for {
 		raw, err := readStats(path)
 		if err != nil {
@@ -79,7 +80,7 @@ func runStats(args []string) error {
 				}
 				fmt.Fprintf(&out, "%s, every %gs (Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), *watch)
 			}
-			if err := statsTable(&out, path, raw); err != nil {
+			if err := statsTable(&out, path, raw, &last); err != nil {
 				return err
 			}
 		}
@@ -105,8 +106,16 @@ func readStats(path string) (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// statsTable is the short form of what readStats read.
-func statsTable(w io.Writer, path string, raw map[string]json.RawMessage) error {
+// snapshot is one print's counters and when they were read.
+type snapshot struct {
+	st map[string]any
+	at time.Time
+}
+
+// statsTable is the short form of what readStats read. With the counters
+// of the print before in *last (--watch), byte counts carry their rate
+// since then; *last becomes this print's.
+func statsTable(w io.Writer, path string, raw map[string]json.RawMessage, last **snapshot) error {
 	var caps struct {
 		CUDAAvailable bool   `json:"cuda_available"`
 		CUDABackend   string `json:"cuda_backend"`
@@ -133,16 +142,43 @@ func statsTable(w io.Writer, path string, raw map[string]json.RawMessage) error 
 	if c, ok := st["counters"].(map[string]any); ok {
 		return fileTable(w, st, c, gpu)
 	}
+	before, now := *last, time.Now()
+	*last = &snapshot{st: st, at: now}
+	// rate is ", X GB/s" for a byte count since the print before, if any.
+	rate := func(cur func(map[string]any) float64) string {
+		if before == nil {
+			return ""
+		}
+		secs := now.Sub(before.at).Seconds()
+		if secs <= 0 {
+			return ""
+		}
+		return fmt.Sprintf(", %.2f GB/s", (cur(st)-cur(before.st))/secs/1e9)
+	}
+	counter := func(k string) func(map[string]any) float64 {
+		return func(m map[string]any) float64 { return num(m, k) }
+	}
+	labelled := func(k, l string) func(map[string]any) float64 {
+		return func(m map[string]any) float64 { return labels(m, k)[l] }
+	}
 	fmt.Fprintf(w, "mount %s: GPU %s, RDMA %s\n", path, gpu, rdma)
 	row := func(what, value string) { fmt.Fprintf(w, "  %-22s %s\n", what, value) }
 
-	fmt.Fprintln(w, "\nread, by path")
-	row("POSIX reads", fmt.Sprintf("%s in %s reads", bytesOf(num(st, "posix_read_bytes_total")), count(num(st, "posix_reads_total"))))
+	if before != nil {
+		fmt.Fprintln(w, "\nread, by path (GB/s: since the print before)")
+	} else {
+		fmt.Fprintln(w, "\nread, by path")
+	}
+	row("POSIX reads", fmt.Sprintf("%s in %s reads%s", bytesOf(num(st, "posix_read_bytes_total")), count(num(st, "posix_reads_total")),
+		rate(counter("posix_read_bytes_total"))))
 	row("  of them spliced", bytesOf(num(st, "splice_bytes_total")))
 	gb, gn := labels(st, "gpu_read_bytes_total"), labels(st, "gpu_reads_total")
-	row("GPU reads over HTTP", fmt.Sprintf("%s in %s reads", bytesOf(gb["http"]), count(gn["http"])))
-	row("GPU reads over RDMA", fmt.Sprintf("%s in %s reads", bytesOf(gb["rdma"]), count(gn["rdma"])))
-	row("from S3", fmt.Sprintf("%s in %s requests", bytesOf(num(st, "s3_received_bytes_total")), count(sum(labels(st, "s3_requests_total")))))
+	row("GPU reads over HTTP", fmt.Sprintf("%s in %s reads%s", bytesOf(gb["http"]), count(gn["http"]),
+		rate(labelled("gpu_read_bytes_total", "http"))))
+	row("GPU reads over RDMA", fmt.Sprintf("%s in %s reads%s", bytesOf(gb["rdma"]), count(gn["rdma"]),
+		rate(labelled("gpu_read_bytes_total", "rdma"))))
+	row("from S3", fmt.Sprintf("%s in %s requests%s", bytesOf(num(st, "s3_received_bytes_total")),
+		count(sum(labels(st, "s3_requests_total"))), rate(counter("s3_received_bytes_total"))))
 
 	fmt.Fprintln(w, "\nerrors, by kind")
 	row("POSIX reads", kinds(labels(st, "posix_read_errors_total"), nil))

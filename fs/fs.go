@@ -7,6 +7,7 @@ package fs
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -92,6 +93,10 @@ func Mount(ctx context.Context, mountpoint string, core *vfs.FS, gpu *rdmaread.E
 			AllowOther:   opts.AllowOther,
 			MaxWrite:     MaxRead,
 			MaxReadAhead: MaxRead,
+			// go-fuse's own lines go to the daemon's log: the requests it
+			// prints for Debug at info, and otherwise (a read of /dev/fuse
+			// that fails as the mount goes away) at debug.
+			Logger: slog.NewLogLogger(core.Logger().Handler(), fuseLogLevel(opts.Debug)),
 			// mmap of a file opened with direct I/O (kernel 6.6 and later;
 			// older kernels refuse shared mappings of such files).
 			ExtraCapabilities: caps,
@@ -474,3 +479,11 @@ func (s *dirStream) Close() {}
 
 // hostname is reported in stats so a dashboard can tell daemons apart.
 var hostname, _ = os.Hostname()
+
+// fuseLogLevel is the level of go-fuse's own log lines.
+func fuseLogLevel(debug bool) slog.Level {
+	if debug {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}

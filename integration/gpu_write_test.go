@@ -2,9 +2,12 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -227,5 +230,65 @@ func TestGPUWriteFaultMidUploadLeavesNothing(t *testing.T) {
 	}
 	if n := metricAt(t, d, "uploads_total", "aborted"); n != 1 {
 		t.Errorf("uploads aborted %v, want 1", n)
+	}
+}
+
+// The Python client writes a host stand-in buffer into a new file by path
+// (created, written, closed: the object is in S3 on return), and into an
+// open descriptor after bytes of write(2), its position kept in step.
+func TestPythonClientWritesFromHostBuffer(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, _, d := gpuWritable(t, srv, "data", func(c *daemon.Config) { c.GPU.StandinDir = "/dev/shm" })
+	const size = 9<<20 + 17
+	data := testenv.RandomBytes(41, 0, size)
+	src := filepath.Join(t.TempDir(), "src.bin")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import json, os, sys
+import s3gds
+src, mp = sys.argv[1], sys.argv[2]
+data = open(src, "rb").read()
+out = {}
+with s3gds.HostBuffer(len(data) + 100) as buf:
+    buf.view()[100:] = data
+    r = s3gds.write_from(buf, os.path.join(mp, "a.bin"), src_offset=100)
+    out["path"] = [r.nbytes, r.offset]
+    fd = os.open(os.path.join(mp, "b.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, data[:1000])
+    r = s3gds.write_from(buf, fd, len(data) - 2000, src_offset=1100)
+    os.write(fd, data[-1000:])
+    out["fd"] = [r.nbytes, r.offset, os.lseek(fd, 0, os.SEEK_CUR)]
+    os.close(fd)
+    try:
+        s3gds.write_from(buf, os.open(os.path.join(mp, "a.bin"), os.O_RDONLY), 10)
+    except OSError as e:
+        out["ro"] = e.errno
+print(json.dumps(out))
+`
+	cmd := exec.Command(py, "-c", script, src, mp)
+	root, _ := filepath.Abs("..")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "client", "python"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python client: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf(`{"path": [%d, %d], "fd": [%d, %d, %d], "ro": %d}`, size, size, size-2000, size-1000, size, int(syscall.EBADF))
+	if strings.TrimSpace(string(out)) != want {
+		t.Fatalf("python client said\n%s\nwant\n%s", out, want)
+	}
+	for _, key := range []string{"a.bin", "b.bin"} {
+		if got, want := s3SHA256(t, srv, "data", key), sum(data); got != want {
+			t.Errorf("S3 %s holds sha256 %s, wrote %s", key, got, want)
+		}
+	}
+	if n := metricAt(t, d, "write_bytes_total", "gpu_http"); n != 2*size-2000 {
+		t.Errorf("write_bytes_total{gpu_http} %v, want %d", n, 2*size-2000)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
@@ -89,8 +90,15 @@ func TestGPUWriteLandsInS3ByteExact(t *testing.T) {
 	if res, err := s3gds.Write(f, hostRequest(buf, off, 0, 0)); err != nil || res.Bytes != 0 {
 		t.Errorf("zero-length write: %+v %v", res, err)
 	}
+	if d.GPU.Imports().OpenImports() != 1 {
+		t.Fatalf("open imports %d while the file is open, want 1 (reused)", d.GPU.Imports().OpenImports())
+	}
 	if err := f.Close(); err != nil {
 		t.Fatalf("close: %v", err)
+	}
+	// The writer's import goes with its last file, as a reader's does.
+	if !settle(6*time.Second, func() bool { return d.GPU.Imports().OpenImports() == 0 }) {
+		t.Fatal("timed out waiting: imports closed after the file was closed")
 	}
 	if got, want := s3SHA256(t, srv, "data", "ckpt.bin"), sum(data); got != want {
 		t.Fatalf("S3 holds sha256 %s, wrote %s", got, want)

@@ -300,3 +300,42 @@ print(json.dumps(out))
 		t.Errorf("write_bytes_total{gpu_http} %v, want %d", n, 2*size-2000)
 	}
 }
+
+// A staging ring of one slot: the write holds its only slot while the
+// file takes the bytes, and must not wait for a second one to copy the
+// next bytes ahead.
+func TestGPUWriteThroughARingOfOneSlot(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, dir, _ := gpuWritable(t, srv, "data", func(c *daemon.Config) { c.GPU.Staging.Slots = 1 })
+	const size = 3<<20 + 9
+	data := testenv.RandomBytes(5, 0, size)
+	buf := srcBuffer(t, dir, "src", data, 0, size)
+	f, err := os.Create(filepath.Join(mp, "one.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res s3gds.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s3gds.Write(f, hostRequest(buf, 0, size, 0))
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.res.Bytes != size {
+			t.Fatalf("write: %+v %v", r.res, r.err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the write did not finish in a minute: it waits for a slot it holds")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s3SHA256(t, srv, "data", "one.bin"), sum(data); got != want {
+		t.Fatalf("S3 holds sha256 %s, wrote %s", got, want)
+	}
+}

@@ -58,27 +58,35 @@ func (e *Engine) Write(ctx context.Context, r WriteRequest, sink func([]byte) (i
 			copier.ReleaseSlot(s)
 		}
 	}()
-	// fill takes a slot and enqueues the copy of the range's bytes at off into it.
-	fill := func(off int64) (*cufile.Slot, int, error) {
-		slot, err := copier.AcquireSlot(ctx)
-		if err != nil {
-			return nil, 0, err
+	// fill takes a slot and enqueues the copy of the range's bytes at off
+	// into it. Without wait it takes only a slot free now, or none (nil): a
+	// ring of one slot, or one the reads hold, must not keep a write that
+	// holds a slot waiting for another.
+	fill := func(off int64, wait bool) (*cufile.Slot, int, error) {
+		var slot *cufile.Slot
+		if wait {
+			var err error
+			if slot, err = copier.AcquireSlot(ctx); err != nil {
+				return nil, 0, err
+			}
+		} else if slot = stager.TryAcquireSlot(); slot == nil {
+			return nil, 0, nil
 		}
 		held = append(held, slot)
 		n := int(min(int64(len(slot.Buf)), r.Length-off))
 		return slot, n, copier.CopyFromDeviceAsync(alloc, r.SrcOffset+uint64(off), slot, n)
 	}
 	var done int64
-	slot, n, err := fill(0)
+	slot, n, err := fill(0, true)
 	for err == nil {
 		if err = copier.Sync(); err != nil {
 			break
 		}
 		cur, k := slot, n
-		next := done + int64(k)
-		if next < r.Length && len(held) < 2 {
+		slot = nil
+		if next := done + int64(k); next < r.Length {
 			// The device copies the next slot while sink takes this one.
-			slot, n, err = fill(next)
+			slot, n, err = fill(next, false)
 		}
 		took, serr := sink(cur.Buf[:k])
 		done += int64(took)
@@ -92,6 +100,9 @@ func (e *Engine) Write(ctx context.Context, r WriteRequest, sink func([]byte) (i
 		}
 		if done == r.Length {
 			break
+		}
+		if err == nil && slot == nil {
+			slot, n, err = fill(done, true)
 		}
 	}
 	return done, err

@@ -1,6 +1,6 @@
 // Package abi is the binary contract between s3gdsfs and the processes that read
-// through it: the S3GDS_IOC_READ ioctl request (struct s3gds_read in
-// client/c/s3gds.h), its flags, transports and decline reasons, and the names of
+// and write through it: the S3GDS_IOC_READ and S3GDS_IOC_WRITE ioctls' request
+// (struct s3gds_read in client/c/s3gds.h), its flags, transports and decline reasons, and the names of
 // the extended attributes. docs/ioctl.md describes the semantics.
 //
 // Linux FUSE forwards only "restricted" ioctls to a filesystem: one fixed-size
@@ -43,6 +43,11 @@ const (
 
 // IocRead is S3GDS_IOC_READ, _IOWR('S', 0x01, struct s3gds_read).
 const IocRead uint32 = (iocRead|iocWrite)<<iocDirShift | Size<<iocSizeShift | 'S'<<iocTypeShift | 0x01<<iocNrShift
+
+// IocWrite is S3GDS_IOC_WRITE, _IOWR('S', 0x02, struct s3gds_read): the same
+// request, read the other way: Length bytes of the buffer at DstOffset are
+// written at file offset Offset of a file open for writing.
+const IocWrite uint32 = (iocRead|iocWrite)<<iocDirShift | Size<<iocSizeShift | 'S'<<iocTypeShift | 0x02<<iocNrShift
 
 // IOWR computes _IOWR(typ, nr, size) as <linux/ioctl.h> does; size must fit in 14 bits.
 func IOWR(typ, nr byte, size uint32) uint32 {

@@ -22,6 +22,9 @@ func TestIocRead(t *testing.T) {
 	if got := IOWR('S', 0x01, Size); got != IocRead {
 		t.Fatalf("IOWR('S', 1, %d) = %#x, want IocRead %#x", Size, got, IocRead)
 	}
+	if got := IOWR('S', 0x02, Size); got != IocWrite {
+		t.Fatalf("IOWR('S', 2, %d) = %#x, want IocWrite %#x", Size, got, IocWrite)
+	}
 	defer func() {
 		if recover() == nil {
 			t.Fatal("IOWR accepted a size that does not fit in 14 bits")

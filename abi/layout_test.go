@@ -176,6 +176,7 @@ func goLayoutFacts() map[string]string {
 	facts := map[string]string{
 		"sizeof":            strconv.Itoa(Size),
 		"S3GDS_IOC_READ":    strconv.FormatUint(uint64(IocRead), 10),
+		"S3GDS_IOC_WRITE":   strconv.FormatUint(uint64(IocWrite), 10),
 		"S3GDS_ABI_VERSION": strconv.Itoa(Version),
 	}
 	for _, f := range wireLayout {
@@ -208,6 +209,7 @@ func cLayoutProgram() string {
 	b.WriteString("#include <stdio.h>\n#include \"s3gds.h\"\n\nint main(void)\n{\n")
 	b.WriteString("\tprintf(\"sizeof=%zu\\n\", sizeof(struct s3gds_read));\n")
 	b.WriteString("\tprintf(\"S3GDS_IOC_READ=%lu\\n\", (unsigned long)S3GDS_IOC_READ);\n")
+	b.WriteString("\tprintf(\"S3GDS_IOC_WRITE=%lu\\n\", (unsigned long)S3GDS_IOC_WRITE);\n")
 	b.WriteString("\tprintf(\"S3GDS_ABI_VERSION=%d\\n\", S3GDS_ABI_VERSION);\n")
 	for _, f := range wireLayout {
 		fmt.Fprintf(&b, "\tprintf(\"offsetof.%[1]s=%%zu\\n\", offsetof(struct s3gds_read, %[1]s));\n", f.c)

@@ -174,6 +174,11 @@ type Copier interface {
 	// CopyDeviceAsync enqueues a device-to-device copy on the copier's
 	// stream, ordered after the copies enqueued before it.
 	CopyDeviceAsync(src Allocation, srcOff uint64, dst Allocation, dstOff uint64, n int64) error
+	// CopyFromDeviceAsync enqueues a device-to-host copy of n bytes of
+	// src at srcOff into slot.Buf[:n] (a slot held from AcquireSlot),
+	// ordered after the copies enqueued before it. The slot stays with its
+	// holder; its bytes are there once Sync has returned without error.
+	CopyFromDeviceAsync(src Allocation, srcOff uint64, slot *Slot, n int) error
 	// Drain waits for every copy enqueued on the copier's stream so far.
 	// Unlike Sync it may run beside the copier's other methods (not
 	// Close), and an asynchronous copy failure it sees is kept for the

@@ -18,8 +18,16 @@ var _ gofs.FileIoctler = (*fileHandle)(nil)
 
 // Ioctl serves S3GDS_IOC_READ: the caller's device buffer is filled from
 // the object version this handle pinned at open (docs/ioctl.md).
+// S3GDS_IOC_WRITE needs a file open for writing (gpuwrite.go).
 func (fh *fileHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input []byte, output []byte) (int32, syscall.Errno) {
-	if cmd != abi.IocRead {
+	switch cmd {
+	case abi.IocRead:
+	case abi.IocWrite:
+		if !fh.mount.core.Writable() {
+			return 0, syscall.EROFS
+		}
+		return 0, syscall.EBADF
+	default:
 		return 0, syscall.ENOTTY
 	}
 	m := fh.mount

@@ -189,6 +189,7 @@ func (h *writeHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (h *writeHandle) Release(ctx context.Context) syscall.Errno {
 	h.finish()
+	h.node.mount.callers.Released(h) // the imports of its GPU writes
 	h.node.mount.m.OpenHandles.Dec()
 	return 0
 }

@@ -53,7 +53,7 @@ type Set struct {
 	ChangedReads prometheus.Counter
 	// Writes (--allow-writes, vfs/upload.go): bytes accepted from writers,
 	// uploads open, parts sent again, and uploads that ended how.
-	WriteBytes        prometheus.Counter
+	WriteBytes        *prometheus.CounterVec // by path: posix, gpu_http
 	UploadsInFlight   prometheus.Gauge
 	UploadPartRetries prometheus.Counter
 	UploadsDone       *prometheus.CounterVec // outcome: completed, aborted
@@ -186,9 +186,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.ChangedReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_changed_object_reads_total", Help: "Reads refused because the object changed after it was opened.",
 	})
-	s.WriteBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_write_bytes_total", Help: "Bytes written to files of the mount (--allow-writes).",
-	})
+	s.WriteBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_write_bytes_total", Help: "Bytes written to files of the mount (--allow-writes), by path: write(2) or the GPU write ioctl.",
+	}, []string{"path"})
 	s.UploadsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_uploads_in_flight", Help: "Files open for writing whose upload has not ended.",
 	})

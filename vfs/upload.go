@@ -193,6 +193,22 @@ func (u *Upload) fail(err error) {
 // being sent and the next is full, or while memory is short, it waits.
 // ctx ends the wait (the writer was interrupted).
 func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error) {
+	return u.writeFrom(ctx, off, data, WritePOSIX)
+}
+
+// Paths bytes come into an upload by, the label of s3gdsfs_write_bytes_total.
+const (
+	WritePOSIX   = "posix"    // write(2)
+	WriteGPUHTTP = "gpu_http" // the GPU write ioctl, through pinned staging
+)
+
+// WriteFrom is Write of bytes that came by path (WritePOSIX, WriteGPUHTTP):
+// the same upload, parts and errors, counted by where they came from.
+func (u *Upload) WriteFrom(ctx context.Context, off int64, data []byte, path string) (int, error) {
+	return u.writeFrom(ctx, off, data, path)
+}
+
+func (u *Upload) writeFrom(ctx context.Context, off int64, data []byte, path string) (int, error) {
 	u.wmu.Lock()
 	defer u.wmu.Unlock()
 	switch {
@@ -204,7 +220,9 @@ func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error)
 	if err := u.failed(); err != nil {
 		return 0, errno.With(syscall.EIO, err)
 	}
-	return u.write(ctx, data)
+	n, err := u.write(ctx, data)
+	u.f.m.WriteBytes.WithLabelValues(path).Add(float64(n))
+	return n, err
 }
 
 func (u *Upload) write(ctx context.Context, data []byte) (int, error) {
@@ -253,7 +271,6 @@ func (u *Upload) gather(ctx context.Context) error {
 func (u *Upload) wrote(n int, err error) (int, error) {
 	u.size += int64(n)
 	u.shown.Store(max(u.size, u.extend))
-	u.f.m.WriteBytes.Add(float64(n))
 	if n > 0 {
 		return n, nil // a short write; the next one meets the error
 	}

@@ -81,6 +81,10 @@ struct s3gds_read {
 };
 
 #define S3GDS_IOC_READ _IOWR('S', 0x01, struct s3gds_read) /* 0xC1005301 */
+/* The same request the other way: length bytes of the buffer at dst_offset are
+ * written at file offset offset (the bytes written so far) of a file open for
+ * writing; bytes says how many were taken. */
+#define S3GDS_IOC_WRITE _IOWR('S', 0x02, struct s3gds_read) /* 0xC1005302 */
 
 /* The wire layout: offset and size of every member, no padding. */
 #define S3GDS_MEMBER_SIZE(member) sizeof(((struct s3gds_read *)0)->member)

@@ -79,6 +79,7 @@ type driver struct {
 	cuMemFreeHost            func(p unsafe.Pointer) int32
 	cuMemcpyHtoDAsync        func(dst uint64, src unsafe.Pointer, size uint64, stream uintptr) int32
 	cuMemcpyDtoDAsync        func(dst uint64, src uint64, size uint64, stream uintptr) int32
+	cuMemcpyDtoHAsync        func(dst unsafe.Pointer, src uint64, size uint64, stream uintptr) int32
 	cuStreamCreate           func(stream *uintptr, flags uint32) int32
 	cuStreamSynchronize      func(stream uintptr) int32
 	cuStreamDestroy          func(stream uintptr) int32
@@ -121,6 +122,7 @@ func (d *driver) symbols() []struct {
 		{"cuMemFreeHost", &d.cuMemFreeHost},
 		{"cuMemcpyHtoDAsync_v2", &d.cuMemcpyHtoDAsync},
 		{"cuMemcpyDtoDAsync_v2", &d.cuMemcpyDtoDAsync},
+		{"cuMemcpyDtoHAsync_v2", &d.cuMemcpyDtoHAsync},
 		{"cuStreamCreate", &d.cuStreamCreate},
 		{"cuStreamSynchronize", &d.cuStreamSynchronize},
 		{"cuStreamDestroy_v2", &d.cuStreamDestroy},
@@ -440,6 +442,24 @@ func (d *cudaDevice) CopyDtoDAsync(stream uintptr, src cufile.Allocation, srcOff
 	}
 	if r := d.drv.cuMemcpyDtoDAsync(to.ptr+dstOff, from.ptr+srcOff, n, stream); r != cudaSuccess {
 		return d.drv.fail("cuMemcpyDtoDAsync_v2", r, nil)
+	}
+	return nil
+}
+
+// CopyDtoHAsync copies into dst, which must be pinned (a stager's slot) for
+// the copy to be asynchronous; fault is unused, as for CopyAsync.
+func (d *cudaDevice) CopyDtoHAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst []byte, _ func(error)) error {
+	a, ok := src.(*cudaAllocation)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: not a CUDA allocation", cufile.ErrBadHandle)
+	case a.dev != d:
+		return fmt.Errorf("%w: allocation on device %d", cufile.ErrNoDevice, a.dev.Ordinal())
+	case a.closed.Load():
+		return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
+	}
+	if r := d.drv.cuMemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(dst)), a.ptr+srcOff, uint64(len(dst)), stream); r != cudaSuccess {
+		return d.drv.fail("cuMemcpyDtoHAsync_v2", r, nil)
 	}
 	return nil
 }

@@ -354,6 +354,7 @@ type hostJob struct {
 	from    *hostAllocation // a device-to-device copy: n bytes of from at fromOff
 	fromOff uint64
 	n       uint64
+	toHost  []byte        // a device-to-host copy: len(toHost) bytes of from at fromOff
 	copy    *hostCopy     // completed after the job
 	barrier chan struct{} // closed when reached (Sync)
 	// fault takes the job's failure, before copy completes: a copy that
@@ -397,7 +398,12 @@ func (d *hostDevice) work(st *hostStream) {
 		}
 		time.Sleep(d.copyDelay)
 		var err error
-		if job.from != nil {
+		if job.toHost != nil {
+			var buf []byte
+			if buf, err = job.from.read(job.fromOff, uint64(len(job.toHost))); err == nil {
+				copy(job.toHost, buf)
+			}
+		} else if job.from != nil {
 			var buf []byte
 			if buf, err = job.from.read(job.fromOff, job.n); err == nil {
 				err = job.dst.write(job.off, buf)
@@ -487,6 +493,21 @@ func (d *hostDevice) CopyDtoDAsync(stream uintptr, src cufile.Allocation, srcOff
 		}
 	}
 	d.stream(stream).jobs <- hostJob{dst: to, off: dstOff, from: from, fromOff: srcOff, n: n, fault: fault}
+	return nil
+}
+
+func (d *hostDevice) CopyDtoHAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst []byte, fault func(error)) error {
+	from, ok := src.(*hostAllocation)
+	if !ok {
+		return fmt.Errorf("%w: not a host stand-in allocation", cufile.ErrBadHandle)
+	}
+	from.mu.RLock()
+	closed := from.closed
+	from.mu.RUnlock()
+	if closed {
+		return fmt.Errorf("%w: allocation closed", cufile.ErrBadHandle)
+	}
+	d.stream(stream).jobs <- hostJob{from: from, fromOff: srcOff, toHost: dst, fault: fault}
 	return nil
 }
 

@@ -68,6 +68,9 @@ type Device interface {
 	// at dstOff on stream (device to device, no slot involved); fault as
 	// for CopyAsync.
 	CopyDtoDAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst cufile.Allocation, dstOff uint64, n uint64, fault func(error)) error
+	// CopyDtoHAsync enqueues the copy of len(dst) bytes of src at srcOff
+	// into dst, part of a pinned slot, on stream; fault as for CopyAsync.
+	CopyDtoHAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst []byte, fault func(error)) error
 	FenceDone(fence uintptr) (bool, error)
 	WaitFence(fence uintptr) error
 	SyncStream(stream uintptr) error
@@ -811,6 +814,34 @@ func (c *copier) CopyDeviceAsync(src cufile.Allocation, srcOff uint64, dst cufil
 	s.mu.Unlock()
 	return s.dev.Run(func() error {
 		return s.dev.CopyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n), c.faultTo(dst))
+	})
+}
+
+// CopyFromDeviceAsync enqueues the copy of n bytes of src at srcOff into
+// slot.Buf[:n] on this copier's stream and leaves the slot with its
+// holder: the bytes are there once Sync has returned without error. As
+// after a device-to-device copy, Sync synchronises the whole stream.
+func (c *copier) CopyFromDeviceAsync(src cufile.Allocation, srcOff uint64, p *cufile.Slot, n int) error {
+	s := c.s
+	s.mu.Lock()
+	slot, ok := s.ownsLocked(p, slotHeld)
+	s.mu.Unlock()
+	if !ok {
+		return errors.New("cufile: CopyFromDeviceAsync into a slot not held from this stager")
+	}
+	// The device range is checked as a destination would be: the same
+	// bounds, the same device.
+	if err := c.checkCopy(len(slot.Buf), n, src, srcOff); err != nil || n == 0 {
+		return err
+	}
+	st := c.stream
+	st.enqueue.Lock()
+	defer st.enqueue.Unlock()
+	s.mu.Lock()
+	c.unfenced = true // read by syncTarget under the lock
+	s.mu.Unlock()
+	return s.dev.Run(func() error {
+		return s.dev.CopyDtoHAsync(st.handle, src, srcOff, slot.Buf[:n], c.faultTo(src))
 	})
 }
 

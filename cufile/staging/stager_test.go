@@ -565,6 +565,9 @@ func (pinOnly) CopyAsync(uintptr, uintptr, []byte, cufile.Allocation, uint64, fu
 func (pinOnly) CopyDtoDAsync(uintptr, cufile.Allocation, uint64, cufile.Allocation, uint64, uint64, func(error)) error {
 	return errors.New("pinOnly copies nothing")
 }
+func (pinOnly) CopyDtoHAsync(uintptr, cufile.Allocation, uint64, []byte, func(error)) error {
+	return errors.New("pinOnly copies nothing")
+}
 
 func smallChunks(t *testing.T, chunk int, pause time.Duration) {
 	t.Cleanup(staging.SetGrowth(chunk, pause))

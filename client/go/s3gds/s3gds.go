@@ -1,6 +1,6 @@
-// Package s3gds reads s3gdsfs files into CUDA memory from Go: it issues the
-// S3GDS_IOC_READ ioctl (see package abi and docs/ioctl.md) and reads the
-// daemon's extended attributes.
+// Package s3gds reads s3gdsfs files into CUDA memory, and writes them from
+// it, from Go: it issues the S3GDS_IOC_READ and S3GDS_IOC_WRITE ioctls (see
+// package abi and docs/ioctl.md) and reads the daemon's extended attributes.
 package s3gds
 
 import (
@@ -32,6 +32,20 @@ type Result struct {
 // success the out fields of req as well. An error from the daemon is an
 // *fs.PathError wrapping the errno: errors.Is(err, unix.ERANGE).
 func Read(f *os.File, req *abi.ReadRequest) (Result, error) {
+	return call(f, abi.IocRead, "ioctl S3GDS_IOC_READ", req)
+}
+
+// Write asks the daemon to write req.Length bytes of the buffer req names,
+// from req.DstOffset, at file offset req.Offset of f, a file open for
+// writing on a mount with --allow-writes. Writes are in order: req.Offset
+// must be the bytes written so far (EINVAL otherwise). Like write(2) it may
+// be short: Result.Bytes says how many bytes were taken, and the call for
+// the rest meets the error that cut it. The object appears when f closes.
+func Write(f *os.File, req *abi.ReadRequest) (Result, error) {
+	return call(f, abi.IocWrite, "ioctl S3GDS_IOC_WRITE", req)
+}
+
+func call(f *os.File, cmd uint32, op string, req *abi.ReadRequest) (Result, error) {
 	req.Size, req.Version = abi.Size, abi.Version
 	buf := req.Encode()
 	conn, err := f.SyscallConn()
@@ -41,9 +55,10 @@ func Read(f *os.File, req *abi.ReadRequest) (Result, error) {
 	var errno unix.Errno
 	err = conn.Control(func(fd uintptr) {
 		for {
-			_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, uintptr(abi.IocRead), uintptr(unsafe.Pointer(&buf[0])))
+			_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, uintptr(cmd), uintptr(unsafe.Pointer(&buf[0])))
 			// The daemon answers EINTR when a signal (Go's preemption among
-			// them) interrupted the request; the read is safe to repeat.
+			// them) interrupted the request before it took any byte; the
+			// call is safe to repeat.
 			if errno != unix.EINTR {
 				return
 			}
@@ -53,7 +68,7 @@ func Read(f *os.File, req *abi.ReadRequest) (Result, error) {
 		return Result{}, err
 	}
 	if errno != 0 {
-		return Result{}, &fs.PathError{Op: "ioctl S3GDS_IOC_READ", Path: f.Name(), Err: errno}
+		return Result{}, &fs.PathError{Op: op, Path: f.Name(), Err: errno}
 	}
 	if err := req.UnmarshalBinary(buf); err != nil {
 		return Result{}, err

@@ -8,7 +8,9 @@
 
 read_into opens the file (or takes ``fd=``) and issues the S3GDS_IOC_READ
 ioctl with the CUDA IPC handle of the tensor's memory; the daemon writes the
-object bytes into the tensor and says how they travelled. docs/ioctl.md in the
+object bytes into the tensor and says how they travelled. write_from is the
+other way (S3GDS_IOC_WRITE): a tensor's bytes written into a file of a mount
+with --allow-writes, uploaded as write(2) would. docs/ioctl.md in the
 s3gdsfs repository is the contract. Only the standard library is needed; torch
 is imported when a tensor is passed.
 """
@@ -29,6 +31,7 @@ from ._abi import (  # noqa: F401 (re-exported)
     FLAG_HTTP_ONLY,
     FLAG_RDMA_ONLY,
     IOC_READ,
+    IOC_WRITE,
     STRUCT_SIZE,
     TRANSPORTS,
     XATTR_CAPS,
@@ -43,11 +46,11 @@ if TYPE_CHECKING:
     from .datasets import S3GDSItem, S3GDSIterableDataset, S3GDSMapDataset
 
 __all__ = [
-    "read_into", "ReadResult", "HostBuffer", "caps", "stats", "etag",
+    "read_into", "ReadResult", "write_from", "WriteResult", "HostBuffer", "caps", "stats", "etag",
     "load_safetensors", "LoadStats",
     "S3GDSMapDataset", "S3GDSIterableDataset", "S3GDSItem",
     "FLAG_RDMA_ONLY", "FLAG_HTTP_ONLY", "FLAG_HOST_BUFFER", "FLAG_DECLINE_IS_ERROR",
-    "TRANSPORTS", "DECLINE_REASONS", "ABI_VERSION", "STRUCT_SIZE", "IOC_READ",
+    "TRANSPORTS", "DECLINE_REASONS", "ABI_VERSION", "STRUCT_SIZE", "IOC_READ", "IOC_WRITE",
     "__version__",
 ]
 
@@ -162,17 +165,125 @@ def read_into(dst: Any, path: Union[str, "os.PathLike[str]"], offset: int = 0,
     )
 
 
-def _ioctl(fd, req, path):
+def _ioctl(fd, req, path, cmd=_abi.IOC_READ, name="S3GDS_IOC_READ", hints=_ERRNO_HINTS):
     while True:
         try:
-            fcntl.ioctl(fd, _abi.IOC_READ, req, True)
+            fcntl.ioctl(fd, cmd, req, True)
             return
         except InterruptedError:
-            continue  # the daemon stopped on a signal; the read is safe to repeat
+            continue  # the daemon stopped on a signal before taking a byte; safe to repeat
         except OSError as e:
-            hint = _ERRNO_HINTS.get(e.errno)
+            hint = hints.get(e.errno)
             message = f"{e.strerror}: {hint}" if hint else e.strerror
-            raise OSError(e.errno, f"S3GDS_IOC_READ: {message}", path) from None
+            raise OSError(e.errno, f"{name}: {message}", path) from None
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    nbytes: int  # bytes written into the file
+    offset: int  # the file offset after them: where the next write goes
+    seconds: float  # the daemon's time, over every call
+
+
+# What an errno means from the write ioctl, where it differs from the read's.
+_WRITE_ERRNO_HINTS = {
+    **_ERRNO_HINTS,
+    **{
+        errno.EROFS: "the mount was not given --allow-writes",
+        errno.EBADF: "the file is not open for writing (or was closed or fsynced already), "
+                     "or the daemon could not open the source buffer",
+        errno.EINVAL: "writes go in order: the offset must be the bytes written so far "
+                      "(or the request's fields were rejected)",
+        errno.ERANGE: "the source range lies outside the allocation",
+        errno.EIO: "the upload failed; nothing of the file will be visible",
+        errno.EFBIG: "the file would need more than 10,000 parts",
+    },
+}
+
+
+def write_from(src: Any, path_or_fd: Union[str, "os.PathLike[str]", int], length: Optional[int] = None,
+               *, offset: Optional[int] = None, src_offset: int = 0) -> WriteResult:
+    """Write ``length`` bytes of ``src`` into a file of an s3gdsfs mount with --allow-writes.
+
+    src: a contiguous torch CUDA tensor (bytes are taken from its first
+    element) or a HostBuffer; src_offset: bytes into src where they start;
+    length defaults to src's size in bytes less src_offset.
+
+    path_or_fd: a path, created (replaced with --allow-overwrite) and closed
+    when the bytes are written: the object is in S3 when this returns; on a
+    failure the file is removed and nothing is visible (a failed upload raises
+    OSError(EIO)). Or an open
+    descriptor of a file open for writing: the bytes go at ``offset`` (default:
+    the descriptor's position, which then moves past them, so that write(2)
+    and write_from can be mixed); the object appears when the caller closes it.
+
+    The caller's current CUDA stream is synchronised first. Raises OSError with
+    the errno the daemon gave (see docs/ioctl.md).
+    """
+    if src_offset < 0:
+        raise ValueError(f"src_offset {src_offset} is negative")
+    if offset is not None and offset < 0:
+        raise ValueError(f"offset {offset} is negative")
+    flags = 0
+    if isinstance(src, HostBuffer):
+        if src.closed:
+            raise ValueError("src is a closed HostBuffer")
+        flags |= FLAG_HOST_BUFFER
+        device, ipc_handle, base_offset, capacity, synchronize = 0, src.name.encode(), 0, src.nbytes, None
+    else:
+        from ._cuda import cuda_destination
+
+        device, ipc_handle, base_offset, capacity, synchronize = cuda_destination(src)
+    if src_offset > capacity:
+        raise ValueError(f"src_offset {src_offset} lies past src's {capacity} bytes")
+    capacity -= src_offset
+    if length is None:
+        length = capacity
+    if not 0 <= length <= capacity:
+        raise ValueError(f"length {length} does not fit in src's {capacity} bytes"
+                         + (f" past src_offset {src_offset}" if src_offset else ""))
+    if synchronize is not None:
+        synchronize()
+
+    if isinstance(path_or_fd, int):
+        fd, path, own = path_or_fd, f"<fd {path_or_fd}>", False
+        if offset is None:
+            offset = os.lseek(fd, 0, os.SEEK_CUR)
+    else:
+        if offset not in (None, 0):
+            raise ValueError("offset: a path is written from its start (pass a descriptor to go on writing)")
+        path, offset, own = os.fspath(path_or_fd), 0, True
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    done, seconds = 0, 0.0
+    try:
+        while True:
+            req = _abi.pack_request(flags=flags, device=device, offset=offset + done, length=length - done,
+                                    dst_offset=base_offset + src_offset + done, ipc_handle=ipc_handle)
+            _ioctl(fd, req, path, _abi.IOC_WRITE, "S3GDS_IOC_WRITE", _WRITE_ERRNO_HINTS)
+            nbytes, elapsed_ns = _abi.unpack_outputs(req)[:2]
+            seconds += elapsed_ns / 1e9
+            done += nbytes
+            if not own:
+                # The ioctl leaves the descriptor's position; keep it after the bytes.
+                os.lseek(fd, offset + done, os.SEEK_SET)
+            if done >= length:
+                break
+            if nbytes == 0:
+                raise OSError(errno.EIO, "S3GDS_IOC_WRITE: the daemon took no bytes", path)
+            # A short write: the call for the rest says why, or goes on.
+    except BaseException:
+        if own:
+            # Closing would upload what was taken: remove the file, so that a
+            # failed write_from of a path leaves no partial object.
+            for op in (lambda: os.close(fd), lambda: os.unlink(path)):
+                try:
+                    op()
+                except OSError:
+                    pass
+        raise
+    if own:
+        os.close(fd)  # the upload ends here; its failure raises
+    return WriteResult(nbytes=done, offset=offset + done, seconds=seconds)
 
 
 def _name(names, value, kind):

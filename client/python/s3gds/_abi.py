@@ -9,6 +9,8 @@ TOKEN_LEN = 96
 
 # _IOWR('S', 0x01, struct s3gds_read)
 IOC_READ = (3 << 30) | (STRUCT_SIZE << 16) | (ord("S") << 8) | 0x01
+# _IOWR('S', 0x02, struct s3gds_read): the same struct, the buffer written into a file
+IOC_WRITE = (3 << 30) | (STRUCT_SIZE << 16) | (ord("S") << 8) | 0x02
 
 FLAG_RDMA_ONLY = 1  # fail rather than fall back to HTTP
 FLAG_HTTP_ONLY = 2  # never try RDMA

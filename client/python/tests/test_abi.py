@@ -54,6 +54,7 @@ class HeaderTest(unittest.TestCase):
         self.assertEqual(int(version.group(1)), s3gds.ABI_VERSION)
         self.assertIn("_IOWR('S', 0x01, struct s3gds_read)", header)
         self.assertEqual(s3gds.IOC_READ, 0xC1005301)
+        self.assertEqual(s3gds.IOC_WRITE, 0xC1005302)
         for name in ("CAPS", "ETAG", "STATS"):
             value = re.search(rf'#define S3GDS_XATTR_{name} "([^"]+)"', header).group(1)
             self.assertEqual(value, getattr(s3gds, "XATTR_" + name))

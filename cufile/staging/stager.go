@@ -770,12 +770,8 @@ func (c *copier) CopyHeldAsync(p *cufile.Slot, off, n int, dst cufile.Allocation
 	if err := c.checkCopy(len(slot.Buf)-off, n, dst, dstOff); err != nil || n == 0 {
 		return err
 	}
-	st := c.stream
-	st.enqueue.Lock()
+	st := c.enqueueUnfenced()
 	defer st.enqueue.Unlock()
-	s.mu.Lock()
-	c.unfenced = true // read by syncTarget under the lock
-	s.mu.Unlock()
 	return c.enqueue(slot, slot.Buf[off:off+n], dst, dstOff)
 }
 
@@ -806,12 +802,8 @@ func (c *copier) CopyDeviceAsync(src cufile.Allocation, srcOff uint64, dst cufil
 	if n == 0 {
 		return nil
 	}
-	st := c.stream
-	st.enqueue.Lock()
+	st := c.enqueueUnfenced()
 	defer st.enqueue.Unlock()
-	s.mu.Lock()
-	c.unfenced = true // read by syncTarget under the lock
-	s.mu.Unlock()
 	return s.dev.Run(func() error {
 		return s.dev.CopyDtoDAsync(st.handle, src, srcOff, dst, dstOff, uint64(n), c.faultTo(dst))
 	})
@@ -834,15 +826,23 @@ func (c *copier) CopyFromDeviceAsync(src cufile.Allocation, srcOff uint64, p *cu
 	if err := c.checkCopy(len(slot.Buf), n, src, srcOff); err != nil || n == 0 {
 		return err
 	}
-	st := c.stream
-	st.enqueue.Lock()
+	st := c.enqueueUnfenced()
 	defer st.enqueue.Unlock()
-	s.mu.Lock()
-	c.unfenced = true // read by syncTarget under the lock
-	s.mu.Unlock()
 	return s.dev.Run(func() error {
 		return s.dev.CopyDtoHAsync(st.handle, src, srcOff, slot.Buf[:n], c.faultTo(src))
 	})
+}
+
+// enqueueUnfenced takes the copier's stream for an enqueue (the caller
+// unlocks st.enqueue) of a copy that no slot's fence covers, so that the
+// copier's next Sync synchronises its whole stream.
+func (c *copier) enqueueUnfenced() (st *copyStream) {
+	st = c.stream
+	st.enqueue.Lock()
+	c.s.mu.Lock()
+	c.unfenced = true // read by syncTarget under the lock
+	c.s.mu.Unlock()
+	return st
 }
 
 // checkCopy refuses a copy before anything is enqueued.

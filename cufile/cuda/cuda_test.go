@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 // The tests below that need a GPU skip when libcuda.so.1 cannot be loaded
@@ -190,8 +191,8 @@ func TestCUDAStagerCopyIsByteExact(t *testing.T) {
 	}
 	defer st.Close()
 
-	data := pattern(5<<20+3, 7)
-	c := copyThrough(t, st, a, off, data)
+	data := cufiletest.Pattern(5<<20+3, 7)
+	c := cufiletest.CopyThrough(t, st, a, off, data)
 	refuseOutOfRange(t, c, a)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -217,8 +218,8 @@ func refuseOutOfRange(t *testing.T, c cufile.Copier, a cufile.Allocation) {
 	}{
 		{11, a.Size() - 10, a, cufile.ErrOutOfRange},
 		{1, a.Size(), a, cufile.ErrOutOfRange},
-		{1, 0, fakeAllocation{device: 0, size: 100}, cufile.ErrBadHandle},
-		{1, 0, fakeAllocation{device: 7, size: 100}, cufile.ErrNoDevice},
+		{1, 0, cufiletest.FakeAllocation{Dev: 0, Len: 100}, cufile.ErrBadHandle},
+		{1, 0, cufiletest.FakeAllocation{Dev: 7, Len: 100}, cufile.ErrNoDevice},
 	} {
 		slot, err := c.AcquireSlot(context.Background())
 		if err != nil {
@@ -328,8 +329,8 @@ func TestCUDAImportFromAnotherProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := pattern(40<<20+17, 3)
-	c := copyThrough(t, st, a, off, data)
+	data := cufiletest.Pattern(40<<20+17, 3)
+	c := cufiletest.CopyThrough(t, st, a, off, data)
 	refuseOutOfRange(t, c, a)
 	t.Logf("copy waits: %v", time.Duration(c.WaitNanos()))
 	if err := c.Close(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 // Bytes copied host to device come back byte for byte through
@@ -21,8 +22,8 @@ func TestCUDACopyFromDeviceIsByteExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	data := pattern(5<<20+3, 9)
-	if err := copyThrough(t, st, a, off, data).Close(); err != nil {
+	data := cufiletest.Pattern(5<<20+3, 9)
+	if err := cufiletest.CopyThrough(t, st, a, off, data).Close(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -61,7 +62,7 @@ func TestCUDACopyFromDeviceIsByteExact(t *testing.T) {
 	if err := c.CopyFromDeviceAsync(a, size-10, slot, 11); !errors.Is(err, cufile.ErrOutOfRange) {
 		t.Errorf("copy past the allocation: %v, want ErrOutOfRange", err)
 	}
-	if err := c.CopyFromDeviceAsync(fakeAllocation{device: 0, size: 100}, 0, slot, 1); !errors.Is(err, cufile.ErrBadHandle) {
+	if err := c.CopyFromDeviceAsync(cufiletest.FakeAllocation{Dev: 0, Len: 100}, 0, slot, 1); !errors.Is(err, cufile.ErrBadHandle) {
 		t.Errorf("copy from another kind of allocation: %v, want ErrBadHandle", err)
 	}
 }

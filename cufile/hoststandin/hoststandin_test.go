@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,64 +18,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 	"github.com/s3gdsfs/s3gdsfs/internal/errno"
 )
 
 // standin returns a host stand-in over a fresh directory.
 func standin(t *testing.T) (*hostStandin, string) {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := cufiletest.ShortTempDir(t)
 	b, err := New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b.(*hostStandin), dir
-}
-
-// shortTempDir is a fresh directory with a short path, so that absolute
-// names inside it fit in a handle's 63 bytes.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// standinFile creates a stand-in "allocation" of size bytes, all fill.
-func standinFile(t *testing.T, dir, name string, size int, fill byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, bytes.Repeat([]byte{fill}, size), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func nameHandle(name string) cufile.Handle {
-	var h cufile.Handle
-	copy(h[:], name) // the rest stays NUL
-	return h
-}
-
-func fileSum(t *testing.T, path string) [32]byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
-}
-
-func pattern(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
 }
 
 func TestStandinDevices(t *testing.T) {
@@ -95,7 +49,7 @@ func TestStandinDevices(t *testing.T) {
 
 func TestNewHostStandinNeedsDirectory(t *testing.T) {
 	dir := t.TempDir()
-	file := standinFile(t, dir, "f", 1, 0)
+	file := cufiletest.StandinFile(t, dir, "f", 1, 0)
 	for _, d := range []string{file, filepath.Join(dir, "missing")} {
 		if _, err := New(d); err == nil {
 			t.Errorf("New(%s) succeeded", d)
@@ -105,9 +59,9 @@ func TestNewHostStandinNeedsDirectory(t *testing.T) {
 
 func TestStandinImport(t *testing.T) {
 	b, dir := standin(t)
-	path := standinFile(t, dir, "buf", 12345, 7)
+	path := cufiletest.StandinFile(t, dir, "buf", 12345, 7)
 	for _, name := range []string{"buf", path, "./buf"} {
-		a, err := b.Import(0, nameHandle(name))
+		a, err := b.Import(0, cufiletest.NameHandle(name))
 		if err != nil {
 			t.Fatalf("Import(%q): %v", name, err)
 		}
@@ -125,9 +79,9 @@ func TestStandinImport(t *testing.T) {
 
 func TestStandinImportRefusesBadNames(t *testing.T) {
 	b, dir := standin(t)
-	standinFile(t, dir, "buf", 100, 0)
-	standinFile(t, dir, "empty", 0, 0)
-	outside := standinFile(t, t.TempDir(), "secret", 100, 0)
+	cufiletest.StandinFile(t, dir, "buf", 100, 0)
+	cufiletest.StandinFile(t, dir, "empty", 0, 0)
+	outside := cufiletest.StandinFile(t, t.TempDir(), "secret", 100, 0)
 	if err := os.Symlink(outside, filepath.Join(dir, "link-out")); err != nil {
 		t.Fatal(err)
 	}
@@ -142,16 +96,16 @@ func TestStandinImportRefusesBadNames(t *testing.T) {
 	cases := map[string]cufile.Handle{
 		"empty name":         {},
 		"no NUL":             unterminated,
-		"missing":            nameHandle("nope"),
-		"dot-dot":            nameHandle("../" + filepath.Base(dir) + "/buf"),
-		"dot-dot inside":     nameHandle("sub/../buf"),
-		"absolute outside":   nameHandle(outside),
-		"absolute via ..":    nameHandle(dir + "/../" + filepath.Base(dir) + "/buf"),
-		"symlink out":        nameHandle("link-out"),
-		"directory":          nameHandle("sub"),
-		"the directory":      nameHandle(dir),
-		"empty file":         nameHandle("empty"),
-		"name after garbage": nameHandle("\x00buf"),
+		"missing":            cufiletest.NameHandle("nope"),
+		"dot-dot":            cufiletest.NameHandle("../" + filepath.Base(dir) + "/buf"),
+		"dot-dot inside":     cufiletest.NameHandle("sub/../buf"),
+		"absolute outside":   cufiletest.NameHandle(outside),
+		"absolute via ..":    cufiletest.NameHandle(dir + "/../" + filepath.Base(dir) + "/buf"),
+		"symlink out":        cufiletest.NameHandle("link-out"),
+		"directory":          cufiletest.NameHandle("sub"),
+		"the directory":      cufiletest.NameHandle(dir),
+		"empty file":         cufiletest.NameHandle("empty"),
+		"name after garbage": cufiletest.NameHandle("\x00buf"),
 	}
 	for what, h := range cases {
 		a, err := b.Import(0, h)
@@ -163,9 +117,9 @@ func TestStandinImportRefusesBadNames(t *testing.T) {
 
 func TestStandinRefusesOtherDevices(t *testing.T) {
 	b, dir := standin(t)
-	standinFile(t, dir, "buf", 100, 0)
+	cufiletest.StandinFile(t, dir, "buf", 100, 0)
 	for _, dev := range []int{-1, 1} {
-		if _, err := b.Import(dev, nameHandle("buf")); !errors.Is(err, cufile.ErrNoDevice) {
+		if _, err := b.Import(dev, cufiletest.NameHandle("buf")); !errors.Is(err, cufile.ErrNoDevice) {
 			t.Errorf("Import(device %d) = %v; want ErrNoDevice", dev, err)
 		}
 		if _, err := b.NewStager(dev, cufile.StagerConfig{}); !errors.Is(err, cufile.ErrNoDevice) {
@@ -174,37 +128,11 @@ func TestStandinRefusesOtherDevices(t *testing.T) {
 	}
 }
 
-// copyThrough copies data into dst at off through st, slot by slot, the way
-// the read engine does.
-func copyThrough(t *testing.T, st cufile.Stager, dst cufile.Allocation, off uint64, data []byte) cufile.Copier {
-	t.Helper()
-	c, err := st.NewCopier()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(data) > 0 {
-		slot, err := c.AcquireSlot(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := copy(slot.Buf, data)
-		if err := c.CopyAsync(slot, n, dst, off); err != nil {
-			t.Fatal(err)
-		}
-		data = data[n:]
-		off += uint64(n)
-	}
-	if err := c.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func TestStandinCopyIsByteExact(t *testing.T) {
 	b, dir := standin(t)
 	const size, off = 3<<20 + 17, 12345
-	path := standinFile(t, dir, "buf", size, 0xa5)
-	a, err := b.Import(0, nameHandle("buf"))
+	path := cufiletest.StandinFile(t, dir, "buf", size, 0xa5)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,15 +143,15 @@ func TestStandinCopyIsByteExact(t *testing.T) {
 	}
 	defer st.Close()
 
-	data := pattern(2<<20+999, 1)
-	c := copyThrough(t, st, a, off, data)
+	data := cufiletest.Pattern(2<<20+999, 1)
+	c := cufiletest.CopyThrough(t, st, a, off, data)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	want := bytes.Repeat([]byte{0xa5}, size)
 	copy(want[off:], data)
-	if got := fileSum(t, path); got != sha256.Sum256(want) {
+	if got := cufiletest.FileSum(t, path); got != sha256.Sum256(want) {
 		t.Fatalf("file sha256 %x, want %x", got, sha256.Sum256(want))
 	}
 }
@@ -231,9 +159,9 @@ func TestStandinCopyIsByteExact(t *testing.T) {
 func TestStandinRangeCheckedBeforeAnyByte(t *testing.T) {
 	b, dir := standin(t)
 	const size = 1000
-	path := standinFile(t, dir, "buf", size, 0x11)
-	before := fileSum(t, path)
-	a, err := b.Import(0, nameHandle("buf"))
+	path := cufiletest.StandinFile(t, dir, "buf", size, 0x11)
+	before := cufiletest.FileSum(t, path)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +204,7 @@ func TestStandinRangeCheckedBeforeAnyByte(t *testing.T) {
 	if err := c.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if fileSum(t, path) != before {
+	if cufiletest.FileSum(t, path) != before {
 		t.Fatal("a refused copy wrote bytes")
 	}
 
@@ -299,8 +227,8 @@ func TestStandinRangeCheckedBeforeAnyByte(t *testing.T) {
 
 func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 	b, dir := standin(t)
-	standinFile(t, dir, "buf", 100, 0)
-	a, err := b.Import(0, nameHandle("buf"))
+	cufiletest.StandinFile(t, dir, "buf", 100, 0)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,8 +251,8 @@ func TestStandinCopyRefusesOtherAllocations(t *testing.T) {
 		}
 	}
 	try(nil, cufile.ErrBadHandle)
-	try(fakeAllocation{device: 1, size: 100}, cufile.ErrNoDevice)
-	try(fakeAllocation{device: 0, size: 100}, cufile.ErrBadHandle) // not a stand-in mapping
+	try(cufiletest.FakeAllocation{Dev: 1, Len: 100}, cufile.ErrNoDevice)
+	try(cufiletest.FakeAllocation{Dev: 0, Len: 100}, cufile.ErrBadHandle) // not a stand-in mapping
 	a.Close()
 	try(a, cufile.ErrBadHandle)
 }
@@ -346,8 +274,8 @@ func TestStandinCloseDuringCopyFailsSync(t *testing.T) {
 	defer c.Close()
 	for try := range 10 {
 		name := fmt.Sprintf("buf%d", try)
-		path := standinFile(t, dir, name, 100, 0)
-		a, err := b.Import(0, nameHandle(name))
+		path := cufiletest.StandinFile(t, dir, name, 100, 0)
+		a, err := b.Import(0, cufiletest.NameHandle(name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,20 +302,11 @@ func TestStandinCloseDuringCopyFailsSync(t *testing.T) {
 	t.Fatal("in 10 tries every copy landed before its allocation was closed")
 }
 
-type fakeAllocation struct {
-	device int
-	size   uint64
-}
-
-func (f fakeAllocation) Device() int  { return f.device }
-func (f fakeAllocation) Size() uint64 { return f.size }
-func (f fakeAllocation) Close() error { return nil }
-
 // A stand-in file truncated under its mapping fails the copy, not the process.
 func TestStandinTruncatedFileFailsCopy(t *testing.T) {
 	b, dir := standin(t)
-	path := standinFile(t, dir, "buf", 1<<20, 0)
-	a, err := b.Import(0, nameHandle("buf"))
+	path := cufiletest.StandinFile(t, dir, "buf", 1<<20, 0)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,11 +370,11 @@ func wantRefusal(t *testing.T, what string, a cufile.Allocation, err error, code
 func TestStandinRefusalsCarryTheirErrno(t *testing.T) {
 	standinModes(t, func(t *testing.T, b *hostStandin, dir string) {
 		uid := uint32(os.Geteuid())
-		standinFile(t, dir, "buf", 100, 0)
-		standinFile(t, dir, "empty", 0, 0)
-		outDir := shortTempDir(t)
-		outside := standinFile(t, outDir, "secret", 100, 0x5a)
-		before := fileSum(t, outside)
+		cufiletest.StandinFile(t, dir, "buf", 100, 0)
+		cufiletest.StandinFile(t, dir, "empty", 0, 0)
+		outDir := cufiletest.ShortTempDir(t)
+		outside := cufiletest.StandinFile(t, outDir, "secret", 100, 0x5a)
+		before := cufiletest.FileSum(t, outside)
 		for _, l := range [][2]string{{outside, "link-out"}, {"buf", "alias"}, {outDir, "dirlink"}, {".", "self"}} {
 			if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
 				t.Fatal(err)
@@ -464,7 +383,7 @@ func TestStandinRefusalsCarryTheirErrno(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		standinFile(t, dir, "sub/inner", 100, 0)
+		cufiletest.StandinFile(t, dir, "sub/inner", 100, 0)
 		if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -495,14 +414,14 @@ func TestStandinRefusalsCarryTheirErrno(t *testing.T) {
 			{"missing", "nope", 0},
 			{"a file as a directory", "buf/x", 0},
 		} {
-			a, err := b.ImportAs(0, nameHandle(tc.name), uid)
+			a, err := b.ImportAs(0, cufiletest.NameHandle(tc.name), uid)
 			wantRefusal(t, tc.what, a, err, tc.code)
 		}
-		if fileSum(t, outside) != before {
+		if cufiletest.FileSum(t, outside) != before {
 			t.Error("the file outside the directory changed")
 		}
 		// A file in a subdirectory, reached through real directories, is fine.
-		a, err := b.ImportAs(0, nameHandle("sub/inner"), uid)
+		a, err := b.ImportAs(0, cufiletest.NameHandle("sub/inner"), uid)
 		if err != nil {
 			t.Fatalf("sub/inner: %v", err)
 		}
@@ -519,12 +438,12 @@ func TestStandinWritesOnlyTheCallersFiles(t *testing.T) {
 	}
 	const user, other = 4201, 4202
 	standinModes(t, func(t *testing.T, b *hostStandin, dir string) {
-		rootFile := standinFile(t, dir, "root-owned", 4096, 0x11)
-		otherFile := standinFile(t, dir, "others", 4096, 0x22)
+		rootFile := cufiletest.StandinFile(t, dir, "root-owned", 4096, 0x11)
+		otherFile := cufiletest.StandinFile(t, dir, "others", 4096, 0x22)
 		if err := os.Chown(otherFile, other, other); err != nil {
 			t.Fatal(err)
 		}
-		sums := map[string][32]byte{rootFile: fileSum(t, rootFile), otherFile: fileSum(t, otherFile)}
+		sums := map[string][32]byte{rootFile: cufiletest.FileSum(t, rootFile), otherFile: cufiletest.FileSum(t, otherFile)}
 		for _, tc := range []struct {
 			what, name string
 			uid        uint32
@@ -533,23 +452,23 @@ func TestStandinWritesOnlyTheCallersFiles(t *testing.T) {
 			{"another user's file", "others", user},
 			{"a user's file named by root", "others", 0},
 		} {
-			a, err := b.ImportAs(0, nameHandle(tc.name), tc.uid)
+			a, err := b.ImportAs(0, cufiletest.NameHandle(tc.name), tc.uid)
 			wantRefusal(t, tc.what, a, err, syscall.EPERM)
 		}
 		// Its owner imports it, and writes land in it.
-		a, err := b.ImportAs(0, nameHandle("others"), other)
+		a, err := b.ImportAs(0, cufiletest.NameHandle("others"), other)
 		if err != nil {
 			t.Fatalf("the owner's import: %v", err)
 		}
-		want := pattern(4096, 9)
+		want := cufiletest.Pattern(4096, 9)
 		if err := a.(*hostAllocation).write(0, want); err != nil {
 			t.Fatal(err)
 		}
 		a.Close()
-		if fileSum(t, otherFile) != sha256.Sum256(want) {
+		if cufiletest.FileSum(t, otherFile) != sha256.Sum256(want) {
 			t.Error("the owner's write did not land in its file")
 		}
-		if fileSum(t, rootFile) != sums[rootFile] {
+		if cufiletest.FileSum(t, rootFile) != sums[rootFile] {
 			t.Error("root's file changed")
 		}
 	})
@@ -559,21 +478,21 @@ func TestStandinWritesOnlyTheCallersFiles(t *testing.T) {
 // stand-in's imports per uid, so the owner check is made for each.
 func TestStandinImportCacheChecksEachUser(t *testing.T) {
 	b, dir := standin(t)
-	standinFile(t, dir, "buf", 4096, 0)
+	cufiletest.StandinFile(t, dir, "buf", 4096, 0)
 	c := cufile.NewImportCache(b)
 	defer c.Close()
 	me := uint32(os.Geteuid())
-	a, err := c.AcquireAs(1, me, 0, nameHandle("buf"))
+	a, err := c.AcquireAs(1, me, 0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Put(a)
-	got, err := c.AcquireAs(2, me+1, 0, nameHandle("buf"))
+	got, err := c.AcquireAs(2, me+1, 0, cufiletest.NameHandle("buf"))
 	wantRefusal(t, "another uid naming an open import", nil, err, syscall.EPERM)
 	if got != nil {
 		t.Error("the refused request got an allocation")
 	}
-	again, err := c.AcquireAs(3, me, 0, nameHandle("buf"))
+	again, err := c.AcquireAs(3, me, 0, cufiletest.NameHandle("buf"))
 	if err != nil || again != a {
 		t.Fatalf("the owner's second request: %v, shared %v", err, again == a)
 	}
@@ -588,12 +507,12 @@ func TestStandinDirectorySwapRace(t *testing.T) {
 	standinModes(t, func(t *testing.T, b *hostStandin, dir string) {
 		uid := uint32(os.Geteuid())
 		outDir := t.TempDir()
-		outside := standinFile(t, outDir, "buf", 4096, 0x5a)
-		before := fileSum(t, outside)
+		outside := cufiletest.StandinFile(t, outDir, "buf", 4096, 0x5a)
+		before := cufiletest.FileSum(t, outside)
 		if err := os.Mkdir(filepath.Join(dir, "d"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		inside := standinFile(t, dir, "d/buf", 4096, 0)
+		inside := cufiletest.StandinFile(t, dir, "d/buf", 4096, 0)
 		if err := os.Symlink(outDir, filepath.Join(dir, "e")); err != nil {
 			t.Fatal(err)
 		}
@@ -622,11 +541,11 @@ func TestStandinDirectorySwapRace(t *testing.T) {
 				}
 			}
 		}()
-		data := pattern(4096, 7)
+		data := cufiletest.Pattern(4096, 7)
 		var landed, refused int
 		var odd error
 		for i := 0; i < 200000 && (i < 5000 || landed < 100 || refused < 100); i++ {
-			a, err := b.ImportAs(0, nameHandle("d/buf"), uid)
+			a, err := b.ImportAs(0, cufiletest.NameHandle("d/buf"), uid)
 			if err != nil {
 				if code, _ := errno.Of(err); code != syscall.ELOOP && !errors.Is(err, syscall.ENOENT) && odd == nil {
 					odd = err // reported once, after the outside file is checked
@@ -643,7 +562,7 @@ func TestStandinDirectorySwapRace(t *testing.T) {
 		close(stop)
 		<-done
 		t.Logf("%d imports landed inside, %d refused", landed, refused)
-		if fileSum(t, outside) != before {
+		if cufiletest.FileSum(t, outside) != before {
 			t.Fatal("bytes landed in the file outside the directory")
 		}
 		if odd != nil {
@@ -658,10 +577,10 @@ func TestStandinDirectorySwapRace(t *testing.T) {
 		}
 		// Wherever "d" is now, the directory is "d" or "e" inside.
 		p := inside
-		if _, err := os.Lstat(p); err != nil || fileSum(t, p) != sha256.Sum256(data) {
+		if _, err := os.Lstat(p); err != nil || cufiletest.FileSum(t, p) != sha256.Sum256(data) {
 			p = filepath.Join(dir, "e", "buf")
 		}
-		if fileSum(t, p) != sha256.Sum256(data) {
+		if cufiletest.FileSum(t, p) != sha256.Sum256(data) {
 			t.Error("the imports that landed did not write the file inside")
 		}
 	})
@@ -670,9 +589,9 @@ func TestStandinDirectorySwapRace(t *testing.T) {
 // Absolute names may start with the directory as configured or as its
 // symlinks resolve; only the configured path's own symlinks are followed.
 func TestStandinAbsoluteNamesUnderEitherSpelling(t *testing.T) {
-	real := shortTempDir(t)
-	standinFile(t, real, "buf", 100, 0)
-	link := filepath.Join(shortTempDir(t), "shm")
+	real := cufiletest.ShortTempDir(t)
+	cufiletest.StandinFile(t, real, "buf", 100, 0)
+	link := filepath.Join(cufiletest.ShortTempDir(t), "shm")
 	if err := os.Symlink(real, link); err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +600,7 @@ func TestStandinAbsoluteNamesUnderEitherSpelling(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{link + "/buf", real + "/buf", "buf"} {
-		a, err := b.Import(0, nameHandle(name))
+		a, err := b.Import(0, cufiletest.NameHandle(name))
 		if err != nil {
 			t.Errorf("Import(%q): %v", name, err)
 			continue

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 func mustAcquire(t *testing.T, c *cufile.ImportCache, owner, device int, h cufile.Handle) cufile.Allocation {
@@ -28,9 +29,9 @@ func ok(t testing.TB, err error) {
 // With the host stand-in, a released import is really unmapped.
 func TestImportCacheWithStandin(t *testing.T) {
 	b, dir := standin(t)
-	standinFile(t, dir, "buf", 4096, 0)
+	cufiletest.StandinFile(t, dir, "buf", 4096, 0)
 	c := cufile.NewImportCache(b)
-	a := mustAcquire(t, c, os.Getpid(), 0, nameHandle("buf"))
+	a := mustAcquire(t, c, os.Getpid(), 0, cufiletest.NameHandle("buf"))
 	if a.Size() != 4096 {
 		t.Fatalf("Size = %d", a.Size())
 	}

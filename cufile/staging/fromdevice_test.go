@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 // A device-to-host copy lands the allocation's bytes in a held slot, is
@@ -17,12 +18,12 @@ import (
 func TestCopyFromDeviceAsync(t *testing.T) {
 	b, dir := standin(t)
 	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 2, Streams: 1})
-	data := pattern(3000, 5)
-	path := standinFile(t, dir, "src", 3000, 0)
+	data := cufiletest.Pattern(3000, 5)
+	path := cufiletest.StandinFile(t, dir, "src", 3000, 0)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := b.Import(0, nameHandle("src"))
+	a, err := b.Import(0, cufiletest.NameHandle("src"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 // TryAcquireSlot takes free slots without waiting and says nil, at once,
@@ -17,8 +18,8 @@ import (
 func TestTryAcquireSlotNeverWaits(t *testing.T) {
 	b, dir := standin(t)
 	hoststandin.SlowCopies(b, time.Second)
-	path := standinFile(t, dir, "buf", 64, 0)
-	a, err := b.Import(0, nameHandle(path))
+	path := cufiletest.StandinFile(t, dir, "buf", 64, 0)
+	a, err := b.Import(0, cufiletest.NameHandle(path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,9 @@ func TestTryAcquireSlotNeverWaits(t *testing.T) {
 // held is refused, and so is a piece past the slot.
 func TestCopyHeldAsyncLeavesTheSlotHeld(t *testing.T) {
 	b, dir := standin(t)
-	pa, pb := standinFile(t, dir, "a", 100, 0xEE), standinFile(t, dir, "b", 100, 0xEE)
-	da, _ := b.Import(0, nameHandle(pa))
-	db, _ := b.Import(0, nameHandle(pb))
+	pa, pb := cufiletest.StandinFile(t, dir, "a", 100, 0xEE), cufiletest.StandinFile(t, dir, "b", 100, 0xEE)
+	da, _ := b.Import(0, cufiletest.NameHandle(pa))
+	db, _ := b.Import(0, cufiletest.NameHandle(pb))
 	defer da.Close()
 	defer db.Close()
 	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 2})
@@ -67,7 +68,7 @@ func TestCopyHeldAsyncLeavesTheSlotHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := pattern(64, 5)
+	src := cufiletest.Pattern(64, 5)
 	copy(slot.Buf, src)
 	c1, _ := st.NewCopier()
 	c2, _ := st.NewCopier()

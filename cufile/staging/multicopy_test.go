@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 // One slot filled once lands in several destinations, a refused piece
@@ -23,15 +24,15 @@ func TestCopyAsyncManyAndDeviceCopy(t *testing.T) {
 		if name == "small" {
 			size = 100
 		}
-		standinFile(t, dir, name, size, 0xee)
-		a, err := b.Import(0, nameHandle(name))
+		cufiletest.StandinFile(t, dir, name, size, 0xee)
+		a, err := b.Import(0, cufiletest.NameHandle(name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { a.Close() })
 		allocs = append(allocs, a)
 	}
-	data := pattern(1<<10, 3)
+	data := cufiletest.Pattern(1<<10, 3)
 	c, err := st.NewCopier()
 	if err != nil {
 		t.Fatal(err)

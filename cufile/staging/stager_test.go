@@ -16,6 +16,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
 	"github.com/s3gdsfs/s3gdsfs/cufile/staging"
+	"github.com/s3gdsfs/s3gdsfs/internal/cufiletest"
 )
 
 func newTestStager(t *testing.T, b cufile.Backend, cfg cufile.StagerConfig) cufile.Stager {
@@ -49,8 +50,8 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 	const workers, chunks, slotSize = 8, 40, 4096
 	smallChunks(t, slotSize, time.Second)
 	const region = chunks * slotSize
-	path := standinFile(t, dir, "buf", workers*region, 0)
-	a, err := b.Import(0, nameHandle("buf"))
+	path := cufiletest.StandinFile(t, dir, "buf", workers*region, 0)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := 1; w <= workers; w++ {
-		data := pattern(region, uint64(w))
+		data := cufiletest.Pattern(region, uint64(w))
 		copy(want[(w-1)*region:], data)
 		wg.Add(1)
 		go func() {
@@ -104,7 +105,7 @@ func TestSlotRingReuseUnderConcurrency(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if fileSum(t, path) != sha256.Sum256(want) {
+	if cufiletest.FileSum(t, path) != sha256.Sum256(want) {
 		t.Fatal("file differs from what was copied")
 	}
 
@@ -157,8 +158,8 @@ func TestAcquireWaitsForCopyAndCountsIt(t *testing.T) {
 	b, dir := standin(t)
 	const delay = 200 * time.Millisecond
 	hoststandin.SlowCopies(b, delay)
-	path := standinFile(t, dir, "buf", 128, 0)
-	a, err := b.Import(0, nameHandle("buf"))
+	path := cufiletest.StandinFile(t, dir, "buf", 128, 0)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,8 +237,8 @@ func TestReleaseSlotTwiceIsHarmless(t *testing.T) {
 
 func TestCopyAsyncRefusesSlotsNotHeld(t *testing.T) {
 	b, dir := standin(t)
-	standinFile(t, dir, "buf", 100, 0)
-	a, _ := b.Import(0, nameHandle("buf"))
+	cufiletest.StandinFile(t, dir, "buf", 100, 0)
+	a, _ := b.Import(0, cufiletest.NameHandle("buf"))
 	defer a.Close()
 	st := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
 	other := newTestStager(t, b, cufile.StagerConfig{SlotSize: 64, Slots: 1, Streams: 1})
@@ -359,8 +360,8 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 			b, dir := standin(t)
 			hoststandin.SlowCopies(b, 200*time.Microsecond)
 			const slotSize, chunks = 4096, 64
-			path := standinFile(t, dir, "buf", slotSize*chunks, 0)
-			a, err := b.Import(0, nameHandle("buf"))
+			path := cufiletest.StandinFile(t, dir, "buf", slotSize*chunks, 0)
+			a, err := b.Import(0, cufiletest.NameHandle("buf"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,7 +371,7 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data := pattern(slotSize*chunks, 7)
+			data := cufiletest.Pattern(slotSize*chunks, 7)
 			seen := map[int]bool{}
 			for i := range chunks {
 				slot, err := acquireWithin(c, 5*time.Second)
@@ -391,7 +392,7 @@ func TestCopierRefillsTheSlotFreedLast(t *testing.T) {
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if fileSum(t, path) != sha256.Sum256(data) {
+			if cufiletest.FileSum(t, path) != sha256.Sum256(data) {
 				t.Fatal("destination differs from what was copied")
 			}
 			if len(seen) > tc.wantMaxDistinct {
@@ -418,8 +419,8 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 	hoststandin.SlowCopies(b, 300*time.Microsecond)
 	const workers, chunks, slotSize = 6, 30, 4096
 	const region = chunks * slotSize
-	path := standinFile(t, dir, "buf", workers*region, 0)
-	a, err := b.Import(0, nameHandle("buf"))
+	path := cufiletest.StandinFile(t, dir, "buf", workers*region, 0)
+	a, err := b.Import(0, cufiletest.NameHandle("buf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +432,7 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := 1; w <= workers; w++ {
-		data := pattern(region, uint64(w))
+		data := cufiletest.Pattern(region, uint64(w))
 		copy(want[(w-1)*region:], data)
 		wg.Add(1)
 		go func() {
@@ -452,7 +453,7 @@ func TestCopiersWithOwnSlotsShareARing(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if fileSum(t, path) != sha256.Sum256(want) {
+	if cufiletest.FileSum(t, path) != sha256.Sum256(want) {
 		t.Fatal("destination differs from what was copied")
 	}
 }
@@ -472,13 +473,13 @@ func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
 	errs := make(chan error, workers)
 	for w := 1; w <= workers; w++ {
 		name := fmt.Sprintf("buf%d", w)
-		path := standinFile(t, dir, name, region, 0)
-		a, err := b.Import(0, nameHandle(name))
+		path := cufiletest.StandinFile(t, dir, name, region, 0)
+		a, err := b.Import(0, cufiletest.NameHandle(name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Close()
-		data := pattern(region, uint64(w))
+		data := cufiletest.Pattern(region, uint64(w))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -495,7 +496,7 @@ func TestPoolCopierCloseHasLandedItsOwnCopies(t *testing.T) {
 				errs <- err
 				return
 			}
-			if fileSum(t, path) != sha256.Sum256(data) {
+			if cufiletest.FileSum(t, path) != sha256.Sum256(data) {
 				errs <- fmt.Errorf("copier %d: destination differs from what it copied once Close returned", w)
 			}
 		}()
@@ -676,14 +677,14 @@ func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
 func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
 	b, dir := standin(t)
 	const slotSize, rounds = 4096, 40
-	goodPath := standinFile(t, dir, "good", 4*slotSize, 0)
-	badPath := standinFile(t, dir, "bad", 4*slotSize, 0)
-	good, err := b.Import(0, nameHandle("good"))
+	goodPath := cufiletest.StandinFile(t, dir, "good", 4*slotSize, 0)
+	badPath := cufiletest.StandinFile(t, dir, "bad", 4*slotSize, 0)
+	good, err := b.Import(0, cufiletest.NameHandle("good"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer good.Close()
-	bad, err := b.Import(0, nameHandle("bad"))
+	bad, err := b.Import(0, cufiletest.NameHandle("bad"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -701,7 +702,7 @@ func TestCopyFailureIsReportedToItsCopierOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data := pattern(slotSize, uint64(round))
+		data := cufiletest.Pattern(slotSize, uint64(round))
 		send := func(c cufile.Copier, dst cufile.Allocation, off uint64, p []byte) {
 			t.Helper()
 			slot, err := c.AcquireSlot(context.Background())

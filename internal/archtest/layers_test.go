@@ -20,7 +20,7 @@ var layers = [][]string{
 	{"client/go/s3gds", "metrics", "cache", "cufile", "rdmaread/sched"},
 	// The S3 layer, the staging ring every memory backend copies through,
 	// and RDMA token minting.
-	{"objstore", "cufile/staging", "rdmaread/mint"},
+	{"objstore", "cufile/staging", "rdmaread/mint", "internal/cufiletest"},
 	// The memory backends: the CUDA binding and the host stand-in.
 	{"cufile/cuda", "cufile/hoststandin"},
 	// The cores: the namespace and POSIX reads, the GPU engine, the test

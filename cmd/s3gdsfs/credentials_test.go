@@ -59,7 +59,7 @@ func TestCredentialsFileThatIsNoRegularFile(t *testing.T) {
 	// The command: a usage error naming the flag, never a hang (runCLI
 	// bounds it).
 	r := runCLI(t, nil, "data", "/nonexistent/mp", "--endpoint", "http://127.0.0.1:1", "--credentials-file", fifo)
-	if want := "--credentials-file " + fifo + ": not a regular file but a FIFO"; r.code != exitUsage || !strings.Contains(r.stderr, want) {
-		t.Errorf("mount with a FIFO: exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, exitUsage, want)
+	if want := "--credentials-file " + fifo + ": not a regular file but a FIFO"; r.Code != exitUsage || !strings.Contains(r.Stderr, want) {
+		t.Errorf("mount with a FIFO: exit %d, stderr %q; want exit %d and %q", r.Code, r.Stderr, exitUsage, want)
 	}
 }

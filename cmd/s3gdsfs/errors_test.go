@@ -90,25 +90,25 @@ func TestStartupErrorsNameTheirCause(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := runCLI(t, c.env, c.args...)
-			t.Logf("stderr: %s", r.stderr)
-			if r.code != exitFailure {
-				t.Fatalf("exit %d, want %d", r.code, exitFailure)
+			t.Logf("stderr: %s", r.Stderr)
+			if r.Code != exitFailure {
+				t.Fatalf("exit %d, want %d", r.Code, exitFailure)
 			}
 			for _, w := range c.want {
-				if !strings.Contains(r.stderr, w) {
+				if !strings.Contains(r.Stderr, w) {
 					t.Errorf("stderr does not say %q", w)
 				}
 			}
 			// The causes these used to be mistaken for.
 			for _, wrong := range []string{`bucket "" does not exist`, "object not found"} {
-				if strings.Contains(r.stderr, wrong) {
+				if strings.Contains(r.Stderr, wrong) {
 					t.Errorf("stderr says %q", wrong)
 				}
 			}
-			if c.name != "a missing bucket" && strings.Contains(r.stderr, "does not exist") {
+			if c.name != "a missing bucket" && strings.Contains(r.Stderr, "does not exist") {
 				t.Errorf("stderr blames a missing bucket")
 			}
-			if strings.Contains(r.stderr, srv.SecretKey) || strings.Contains(r.stderr, "wrong-secret-value") {
+			if strings.Contains(r.Stderr, srv.SecretKey) || strings.Contains(r.Stderr, "wrong-secret-value") {
 				t.Errorf("a secret key appeared in the output")
 			}
 		})

@@ -141,10 +141,10 @@ func TestCredentialsFile(t *testing.T) {
 		{[]string{"--profile", "prod"}, "--profile prod: only with --credentials-file"},
 	} {
 		r := runCLI(t, nil, append([]string{"data", "/nonexistent/mp", "--endpoint", "http://127.0.0.1:1"}, c.args...)...)
-		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		if r.Code != exitUsage || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, r.Code, r.Stderr, exitUsage, c.want)
 		}
-		if strings.Contains(r.stderr, "SECRETVALUE") {
+		if strings.Contains(r.Stderr, "SECRETVALUE") {
 			t.Errorf("%q: the secret key is in the message", c.args)
 		}
 	}
@@ -152,8 +152,8 @@ func TestCredentialsFile(t *testing.T) {
 		// Root reads anyone's file; a key file owned by another user is
 		// still refused, since that user could change the keys.
 		r := runCLI(t, nil, "data", "/nonexistent/mp", "-o", "endpoint=http://127.0.0.1:1,credentials_file="+notMine)
-		if r.code != exitUsage || !strings.Contains(r.stderr, "owned by uid 4242") {
-			t.Errorf("a key file of uid 4242: exit %d, stderr %q", r.code, r.stderr)
+		if r.Code != exitUsage || !strings.Contains(r.Stderr, "owned by uid 4242") {
+			t.Errorf("a key file of uid 4242: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 	}
 }
@@ -540,8 +540,8 @@ func TestMountCommandInTheBackground(t *testing.T) {
 	srv.PutObject(t, "data", "a.txt", []byte("background\n"))
 	mp := t.TempDir()
 	r := runCLI(t, credsEnv(srv), "mount", "--foreground=false", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp)
-	if r.code != 0 {
-		t.Fatalf("mount --foreground=false: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("mount --foreground=false: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	t.Cleanup(func() {
 		syscall.Unmount(mp, syscall.MNT_DETACH)

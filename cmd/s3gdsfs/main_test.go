@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,47 +29,19 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "s3gdsfs-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "s3gdsfs")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		os.Stderr.Write(out)
+	var err error
+	if binary, err = testenv.BuildProgram("s3gdsfs"); err != nil {
 		panic(err)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	os.RemoveAll(filepath.Dir(binary))
 	os.Exit(code)
 }
 
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
 // runCLI runs the command with a hard bound: a hang is a failure.
-func runCLI(t *testing.T, env []string, args ...string) result {
+func runCLI(t *testing.T, env []string, args ...string) testenv.Run {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("s3gdsfs %v did not finish within 60s", args)
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{code, stdout.String(), stderr.String()}
+	return testenv.RunProgram(t, binary, env, args...)
 }
 
 func credsEnv(srv *testenv.Server) []string {
@@ -131,11 +102,11 @@ func TestBadCommandLinesNameTheProblem(t *testing.T) {
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		r := runCLI(t, nil, c.args...)
-		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("s3gdsfs %v: exit %d, stderr %q; want exit %d and a message naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		if r.Code != exitUsage || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("s3gdsfs %v: exit %d, stderr %q; want exit %d and a message naming %q", c.args, r.Code, r.Stderr, exitUsage, c.want)
 		}
-		if strings.Contains(r.stderr, "hunter2") {
-			t.Errorf("s3gdsfs %v: the refused option's value is in the message: %q", c.args, r.stderr)
+		if strings.Contains(r.Stderr, "hunter2") {
+			t.Errorf("s3gdsfs %v: the refused option's value is in the message: %q", c.args, r.Stderr)
 		}
 	}
 }
@@ -276,10 +247,10 @@ func TestStartupFailuresAreClearAndQuick(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := runCLI(t, c.env, c.args...)
-			if r.code != exitFailure || !strings.Contains(r.stderr, c.want) {
-				t.Fatalf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, exitFailure, c.want)
+			if r.Code != exitFailure || !strings.Contains(r.Stderr, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", r.Code, r.Stderr, exitFailure, c.want)
 			}
-			if strings.Contains(r.stderr, srv.SecretKey) || strings.Contains(r.stderr, "wrong-secret-value") {
+			if strings.Contains(r.Stderr, srv.SecretKey) || strings.Contains(r.Stderr, "wrong-secret-value") {
 				t.Fatal("a secret key appeared in the output")
 			}
 		})
@@ -332,11 +303,11 @@ func TestMountServesUntilSIGINTThenUnmounts(t *testing.T) {
 		t.Fatalf("read through the mount: %q %v", got, err)
 	}
 	st := runCLI(t, nil, "stats", "--json", mp)
-	if st.code != 0 || !strings.Contains(st.stdout, `"posix_read_bytes_total": 6`) || !strings.Contains(st.stdout, `"abi_version": 1`) {
-		t.Fatalf("stats: exit %d, stdout %s, stderr %s", st.code, st.stdout, st.stderr)
+	if st.Code != 0 || !strings.Contains(st.Stdout, `"posix_read_bytes_total": 6`) || !strings.Contains(st.Stdout, `"abi_version": 1`) {
+		t.Fatalf("stats: exit %d, stdout %s, stderr %s", st.Code, st.Stdout, st.Stderr)
 	}
-	if st := runCLI(t, nil, "stats", t.TempDir()); st.code != exitFailure || !strings.Contains(st.stderr, "s3gdsfs mount") {
-		t.Fatalf("stats of a plain directory: exit %d, %q", st.code, st.stderr)
+	if st := runCLI(t, nil, "stats", t.TempDir()); st.Code != exitFailure || !strings.Contains(st.Stderr, "s3gdsfs mount") {
+		t.Fatalf("stats of a plain directory: exit %d, %q", st.Code, st.Stderr)
 	}
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
@@ -365,8 +336,8 @@ func TestMountHelperFormGoesToBackground(t *testing.T) {
 	mp := t.TempDir()
 	// As mount.fuse3 calls it for: data  MP  fuse.s3gdsfs  _netdev,endpoint=...  0 0
 	r := runCLI(t, credsEnv(srv), "data", mp, "-o", "rw,_netdev,nofail,endpoint="+srv.Endpoint+",metrics_addr=off,meta_ttl=5s")
-	if r.code != 0 {
-		t.Fatalf("helper form: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("helper form: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	t.Cleanup(func() { syscall.Unmount(mp, syscall.MNT_DETACH) })
 	got, err := os.ReadFile(filepath.Join(mp, "a.txt"))
@@ -385,8 +356,8 @@ func TestMountHelperFormGoesToBackground(t *testing.T) {
 // links no S3 server for it.
 func TestDemoIsAProgramOfItsOwn(t *testing.T) {
 	r := runCLI(t, nil, "demo", "--once")
-	if r.code != exitUsage || !strings.Contains(r.stderr, "make demo") || !strings.Contains(r.stderr, "s3gdsfs-demo") {
-		t.Errorf("s3gdsfs demo: exit %d, stderr %q; want exit %d and a message naming make demo and s3gdsfs-demo", r.code, r.stderr, exitUsage)
+	if r.Code != exitUsage || !strings.Contains(r.Stderr, "make demo") || !strings.Contains(r.Stderr, "s3gdsfs-demo") {
+		t.Errorf("s3gdsfs demo: exit %d, stderr %q; want exit %d and a message naming make demo and s3gdsfs-demo", r.Code, r.Stderr, exitUsage)
 	}
 	out, err := exec.Command("go", "version", "-m", binary).Output()
 	if err != nil {
@@ -451,10 +422,10 @@ func TestStartupAgainstSilentEndpointFailsWithinItsBound(t *testing.T) {
 		"mount", "--endpoint", "http://"+ln.Addr().String(), "--bucket", "data", "--metrics-addr", "off",
 		"--connect-timeout", "1s", "--read-timeout", "2s", t.TempDir())
 	elapsed := time.Since(start)
-	t.Logf("failed after %v: %s", elapsed.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+	t.Logf("failed after %v: %s", elapsed.Round(time.Millisecond), strings.TrimSpace(r.Stderr))
 	const bound = 3 * time.Second
-	if r.code != exitFailure || !strings.Contains(r.stderr, "--read-timeout 2s") || !strings.Contains(r.stderr, "within "+bound.String()) {
-		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the bound %v and --read-timeout", r.code, r.stderr, exitFailure, bound)
+	if r.Code != exitFailure || !strings.Contains(r.Stderr, "--read-timeout 2s") || !strings.Contains(r.Stderr, "within "+bound.String()) {
+		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the bound %v and --read-timeout", r.Code, r.Stderr, exitFailure, bound)
 	}
 	if elapsed > bound+3*time.Second {
 		t.Fatalf("failed after %v; the message names %v", elapsed, bound)
@@ -551,8 +522,8 @@ func TestMountOverALiveMountFails(t *testing.T) {
 	var first lockedBuffer
 	startMount(t, srv, mp, &first)
 	r := runCLI(t, credsEnv(srv), "mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp)
-	if r.code != exitFailure || !strings.Contains(r.stderr, "live s3gdsfs mount (s3gdsfs:data)") {
-		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the live mount", r.code, r.stderr, exitFailure)
+	if r.Code != exitFailure || !strings.Contains(r.Stderr, "live s3gdsfs mount (s3gdsfs:data)") {
+		t.Fatalf("exit %d, stderr %q; want exit %d and a message naming the live mount", r.Code, r.Stderr, exitFailure)
 	}
 	if n := mountsAt(t, mp); n != 1 {
 		t.Fatalf("%d mounts at %s, want 1", n, mp)

@@ -202,8 +202,8 @@ func TestOptionMistakesAreNamed(t *testing.T) {
 func TestMountHelpListsEveryFlag(t *testing.T) {
 	r := runCLI(t, nil, "mount", "--help")
 	all := runCLI(t, nil, "mount", "--help-all")
-	if r.code != 0 || all.code != 0 {
-		t.Fatalf("mount --help: exit %d, stderr %q; --help-all: exit %d, stderr %q", r.code, r.stderr, all.code, all.stderr)
+	if r.Code != 0 || all.Code != 0 {
+		t.Fatalf("mount --help: exit %d, stderr %q; --help-all: exit %d, stderr %q", r.Code, r.Stderr, all.Code, all.Stderr)
 	}
 	var mf mountFlags
 	s := newOptionSet(&mf)
@@ -213,7 +213,7 @@ func TestMountHelpListsEveryFlag(t *testing.T) {
 	user, advanced := 0, 0
 	for i := range s.list {
 		o := &s.list[i]
-		if !listed(all.stdout, o) {
+		if !listed(all.Stdout, o) {
 			t.Errorf("mount --help-all does not list %s", o.usageLine())
 		}
 		if o.advanced {
@@ -221,20 +221,20 @@ func TestMountHelpListsEveryFlag(t *testing.T) {
 		} else {
 			user++
 		}
-		if listed(r.stdout, o) == o.advanced {
-			t.Errorf("mount --help lists %s: %v; it is advanced: %v", o.usageLine(), listed(r.stdout, o), o.advanced)
+		if listed(r.Stdout, o) == o.advanced {
+			t.Errorf("mount --help lists %s: %v; it is advanced: %v", o.usageLine(), listed(r.Stdout, o), o.advanced)
 		}
 	}
 	t.Logf("%d flags: %d in --help, %d advanced", len(s.list), user, advanced)
-	if !strings.Contains(r.stdout, fmt.Sprintf("%d advanced flags", advanced)) || !strings.Contains(r.stdout, "--help-all") {
+	if !strings.Contains(r.Stdout, fmt.Sprintf("%d advanced flags", advanced)) || !strings.Contains(r.Stdout, "--help-all") {
 		t.Errorf("mount --help does not say where the %d advanced flags are", advanced)
 	}
 	for _, g := range []string{groupStore, groupGPU} {
-		if !strings.Contains(r.stdout, "\n"+g+":\n") {
+		if !strings.Contains(r.Stdout, "\n"+g+":\n") {
 			t.Errorf("mount --help has no heading %q", g)
 		}
 	}
-	for _, out := range []string{r.stdout, all.stdout} {
+	for _, out := range []string{r.Stdout, all.Stdout} {
 		if strings.Contains(out, markdownFlag) {
 			t.Errorf("mount --help lists --%s", markdownFlag)
 		}
@@ -248,8 +248,8 @@ func TestMountHelpListsEveryFlag(t *testing.T) {
 		flag     string
 		advanced bool
 	}{{markdownFlag, false}, {markdownAdvancedFlag, true}} {
-		if md := runCLI(t, nil, "mount", "--"+c.flag); md.code != 0 || md.stdout != s.markdown(c.advanced) {
-			t.Errorf("mount --%s: exit %d, %d bytes; want the table, %d bytes", c.flag, md.code, len(md.stdout), len(s.markdown(c.advanced)))
+		if md := runCLI(t, nil, "mount", "--"+c.flag); md.Code != 0 || md.Stdout != s.markdown(c.advanced) {
+			t.Errorf("mount --%s: exit %d, %d bytes; want the table, %d bytes", c.flag, md.Code, len(md.Stdout), len(s.markdown(c.advanced)))
 		}
 	}
 }

@@ -112,12 +112,12 @@ func TestInstalledDocsLinksResolve(t *testing.T) {
 func TestHelpIsOnStdout(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}, {"mount", "--help"}, {"stats", "--help"}} {
 		r := runCLI(t, nil, args...)
-		if r.code != 0 || !strings.Contains(r.stdout, "usage:") || r.stderr != "" {
-			t.Errorf("s3gdsfs %s: exit %d, stdout %d bytes, stderr %q; want the usage on stdout alone", strings.Join(args, " "), r.code, len(r.stdout), r.stderr)
+		if r.Code != 0 || !strings.Contains(r.Stdout, "usage:") || r.Stderr != "" {
+			t.Errorf("s3gdsfs %s: exit %d, stdout %d bytes, stderr %q; want the usage on stdout alone", strings.Join(args, " "), r.Code, len(r.Stdout), r.Stderr)
 		}
 	}
-	if r := runCLI(t, nil); r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "usage:") {
-		t.Errorf("s3gdsfs alone: exit %d, stdout %q; want the usage on stderr and exit %d", r.code, r.stdout, exitUsage)
+	if r := runCLI(t, nil); r.Code != exitUsage || r.Stdout != "" || !strings.Contains(r.Stderr, "usage:") {
+		t.Errorf("s3gdsfs alone: exit %d, stdout %q; want the usage on stderr and exit %d", r.Code, r.Stdout, exitUsage)
 	}
 }
 
@@ -138,10 +138,10 @@ func TestStatsTable(t *testing.T) {
 	os.Stat(filepath.Join(mp, "absent")) // not an error: the store's answer
 
 	r := runCLI(t, nil, "stats", mp)
-	if r.code != 0 {
-		t.Fatalf("stats: exit %d, %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("stats: exit %d, %s", r.Code, r.Stderr)
 	}
-	t.Logf("stats:\n%s", r.stdout)
+	t.Logf("stats:\n%s", r.Stdout)
 	for _, want := range []string{
 		"POSIX reads            6 B in 1 reads",
 		"GPU reads over HTTP    0 B in 0 reads",
@@ -150,22 +150,22 @@ func TestStatsTable(t *testing.T) {
 		"declined               none",
 		"of 64.0 MiB",
 	} {
-		if !strings.Contains(r.stdout, want) {
+		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("stats does not say %q", want)
 		}
 	}
-	if n := strings.Count(r.stdout, "\n"); n > 30 {
+	if n := strings.Count(r.Stdout, "\n"); n > 30 {
 		t.Errorf("stats is %d lines, want a short table", n)
 	}
 	file := runCLI(t, nil, "stats", filepath.Join(mp, "hello.txt"))
-	if file.code != 0 || !strings.Contains(file.stdout, "data/hello.txt: 6 B") || !strings.Contains(file.stdout, "6 B in 1 reads") {
-		t.Errorf("stats of the file: exit %d:\n%s%s", file.code, file.stdout, file.stderr)
+	if file.Code != 0 || !strings.Contains(file.Stdout, "data/hello.txt: 6 B") || !strings.Contains(file.Stdout, "6 B in 1 reads") {
+		t.Errorf("stats of the file: exit %d:\n%s%s", file.Code, file.Stdout, file.Stderr)
 	}
 
 	js := runCLI(t, nil, "stats", "--json", mp)
 	var raw map[string]map[string]any
-	if err := json.Unmarshal([]byte(js.stdout), &raw); err != nil {
-		t.Fatalf("stats --json: %v\n%s", err, js.stdout)
+	if err := json.Unmarshal([]byte(js.Stdout), &raw); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, js.Stdout)
 	}
 	if raw[abi.XattrStats]["posix_read_bytes_total"] != 6.0 || raw[abi.XattrCaps]["abi_version"] != float64(abi.Version) {
 		t.Errorf("stats --json: %v", raw)

@@ -52,18 +52,18 @@ func TestCABundleFromEnvironment(t *testing.T) {
 	// The bundle from the environment is trusted: the handshake passes and the
 	// mount fails only on the bucket.
 	r := runCLI(t, append(credsEnv(srv), "AWS_CA_BUNDLE="+ca), args...)
-	if r.code != exitFailure || !strings.Contains(r.stderr, `bucket "nope" does not exist`) {
-		t.Fatalf("AWS_CA_BUNDLE=%s: exit %d, stderr %q; want the TLS handshake to pass", ca, r.code, r.stderr)
+	if r.Code != exitFailure || !strings.Contains(r.Stderr, `bucket "nope" does not exist`) {
+		t.Fatalf("AWS_CA_BUNDLE=%s: exit %d, stderr %q; want the TLS handshake to pass", ca, r.Code, r.Stderr)
 	}
 	// A junk bundle from the environment is refused naming it.
 	r = runCLI(t, append(credsEnv(srv), "AWS_CA_BUNDLE="+junk), args...)
-	if r.code != exitFailure || !strings.Contains(r.stderr, junk) {
-		t.Fatalf("AWS_CA_BUNDLE=%s: exit %d, stderr %q; want it refused by name", junk, r.code, r.stderr)
+	if r.Code != exitFailure || !strings.Contains(r.Stderr, junk) {
+		t.Fatalf("AWS_CA_BUNDLE=%s: exit %d, stderr %q; want it refused by name", junk, r.Code, r.Stderr)
 	}
 	// --ca-bundle wins over the environment.
 	r = runCLI(t, append(credsEnv(srv), "AWS_CA_BUNDLE="+junk), append([]string{"mount", "--ca-bundle", ca}, args[1:]...)...)
-	if r.code != exitFailure || !strings.Contains(r.stderr, `bucket "nope" does not exist`) {
-		t.Fatalf("--ca-bundle with a junk AWS_CA_BUNDLE: exit %d, stderr %q; want --ca-bundle used", r.code, r.stderr)
+	if r.Code != exitFailure || !strings.Contains(r.Stderr, `bucket "nope" does not exist`) {
+		t.Fatalf("--ca-bundle with a junk AWS_CA_BUNDLE: exit %d, stderr %q; want --ca-bundle used", r.Code, r.Stderr)
 	}
 }
 
@@ -79,10 +79,10 @@ func TestTLSFailuresSayWhy(t *testing.T) {
 		t.Helper()
 		args := append([]string{"mount", "--endpoint", endpoint, "--bucket", "data", "--metrics-addr", "off"}, extra...)
 		r := runCLI(t, append(credsEnv(srv), "AWS_CA_BUNDLE="), append(args, mp)...)
-		if r.code != exitFailure {
-			t.Fatalf("%v: exit %d, stderr %q; want a failure", args, r.code, r.stderr)
+		if r.Code != exitFailure {
+			t.Fatalf("%v: exit %d, stderr %q; want a failure", args, r.Code, r.Stderr)
 		}
-		return r.stderr
+		return r.Stderr
 	}
 	if msg := run(ep); !strings.Contains(msg, "a private CA? pass it with --ca-bundle") {
 		t.Errorf("unknown CA: %q does not suggest --ca-bundle", msg)

@@ -26,6 +26,8 @@ def emit(kind, a, secs, ok, **extra):
     n = os.path.getsize(a.local)
     rec = {"kind": a.label or kind, "path": a.path, "bytes": n, "seconds": round(secs, 4),
            "gbps": round(n / secs / 1e9, 3), "same": ok, **extra}
+    if a.variant:
+        rec["variant"] = a.variant
     print(json.dumps(rec), flush=True)
 
 
@@ -165,6 +167,7 @@ def main():
         p.add_argument("--chunk-mib", type=int, default=4)
         p.add_argument("--threads", type=int, default=16)
         p.add_argument("--label", help="the name the figure is printed under (default: the command's)")
+        p.add_argument("--variant", help="the build or settings measured, recorded with the figure")
     a = ap.parse_args()
     cmds[a.cmd](a)
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Loaders from the mount under several builds and settings, in one run on one GPU machine,
+# each against the bound measured in the same run (raw ranged GETs of the checkpoint, 64 MiB
+# ranges, 16 streams) and the same programs on a tmpfs copy:
+#   THREADS x CHUNK MiB preads into pinned memory, safetensors.torch.load_file(device="cuda"),
+#   one thread of GPU-read ioctls in order (4 and 64 MiB), s3gds.load_safetensors.
+# VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
+# commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
+# (--pprof), written to $OUT/NAME.pprof. Writes loaders.jsonl under $OUT.
+set -euo pipefail
+OUT=${OUT:-/tmp/s3gdsfs-loaders}
+GB=${GB:-8}
+THREADS=${THREADS:-16}
+CHUNK=${CHUNK:-64}
+VARIANTS=${VARIANTS:-"base=s3gdsfs:"}
+source scripts/gpu/lib.sh
+unpack_alt_builds
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+J=$OUT/loaders.jsonl; : > "$J"
+start_store
+CKPT=/dev/shm/models-ckpt.safetensors
+python3 scripts/gpu/ml_bench.py gen --out $CKPT --gb "$GB"
+python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket(Bucket="bench")' 2>/dev/null || true
+python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
+P=$MP/ckpt.safetensors
+run() { local label=$1; shift; echo "-- $label $*"; python3 scripts/gpu/models.py "$@" --variant "$label" | tee -a "$J" || echo "{\"kind\":\"failed\",\"label\":\"$label\"}" | tee -a "$J"; }
+bound() {
+  "$BIN/s3load" get --endpoint $EP --bucket bench --keys ckpt.safetensors --part $((64 << 20)) --workers 16 \
+    --seconds "${SECS:-5}" > "$OUT/bound.json"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"kind":"bound","label":sys.argv[2],"gbps":r.get("gbps")}))' "$OUT/bound.json" "$1" | tee -a "$J"
+}
+echo "== references"
+bound bound-first
+run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+run tmpfs loadfile --path $CKPT --local $CKPT
+for v in $VARIANTS; do
+  name=${v%%=*}; rest=${v#*=}; build=${rest%%:*}; flags=${rest#*:}; flags=${flags//,/ }
+  echo "== $name: $build $flags"
+  prof=; [ "${PROFILE:-}" = "$name" ] && prof=--pprof
+  drop_page_cache
+  S3GDSFS=$BIN/$build mount_s3gdsfs "$name.log" $prof $flags
+  [ -n "$prof" ] && { curl -s -o "$OUT/$name.pprof" "http://127.0.0.1:9737/debug/pprof/profile?seconds=${PROFILE_SECS:-40}" & PROF_PID=$!; }
+  run "$name" load --path $P --local $CKPT
+  drop_page_cache; run "$name" preads --path $P --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+  drop_page_cache; run "$name" loadfile --path $P --local $CKPT
+  for c in 4 64; do run "$name" ioctl --path $P --local $CKPT --chunk-mib $c; done
+  [ -n "$prof" ] && wait $PROF_PID || true
+  unmount_s3gdsfs | sed "s/^/$name /" | tee -a "$OUT/daemon_memory.txt"
+done
+bound bound-last
+python3 - "$J" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+b = [r["gbps"] for r in rows if r.get("kind") == "bound" and r.get("gbps")]
+bound = max(b) if b else None
+print(f"bound (best of {len(b)}): {bound}")
+for r in rows:
+    if r.get("kind") in ("bound", "failed"): continue
+    g = r.get("gbps")
+    print(f'{r.get("variant",""):10s} {r.get("kind",""):18s} {r.get("chunk_mib","") or "":>4} {g:7.2f} GB/s {g/bound if bound else 0:5.2f}x same={r.get("same")}')
+PY

@@ -69,8 +69,8 @@ build: build-demo
 build-demo:
 	$(GO) build -o $(DEMO_BIN) ./cmd/s3gdsfs-demo
 
-# preload: libs3gdsfs_cufile.so, cuFile reads of s3gdsfs files through the
-# GPU read ioctl, for LD_PRELOAD (docs/cufile-preload.md). gcc and libc only.
+# preload: libs3gdsfs_cufile.so, cuFile reads and writes of s3gdsfs files through
+# the GPU read and write ioctls, for LD_PRELOAD (docs/cufile-preload.md). gcc and libc only.
 # The same library named libcufile.so.0 (its soname too), for programs that load
 # NVIDIA's libcufile by that name themselves, as kvikio does through cuda.pathfinder:
 # preloaded, it is the libcufile.so.0 they find already loaded (docs/cufile-preload.md).
@@ -84,7 +84,7 @@ preload:
 	  -Iclient/c -o $(DROPIN_LIB) cufile-preload/src/s3gdsfs_cufile.c -ldl -lpthread
 
 # test-preload: the library against fake libcufile and libcuda, through a
-# real mount (cufile-preload/preload_test.go builds its own copies).
+# real mount (the tests of cufile-preload build their own copies).
 test-preload: deps preload
 	$(GO) test -count=1 -v ./cufile-preload
 

@@ -219,6 +219,7 @@ type fileNode struct {
 	entry vfs.Entry
 	stats fileStats
 	w     *vfs.Upload // the upload writing the file, until it ends (write.go)
+	wtgid int         // the process that opened w
 }
 
 var (

@@ -65,6 +65,12 @@ func (h *writeHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		}
 		// A short write, as write(2) has: the next call meets the error.
 	}
+	if n > 0 {
+		// The kernel sizes a file by the writes it passes on, and it saw
+		// none of these: drop its attributes, so that stat, and a read
+		// after the close, ask the daemon for the size.
+		h.node.NotifyContent(-1, 0)
+	}
 	req.Bytes = uint64(n)
 	req.HTTPBytes = uint64(n)
 	req.RDMABytes = 0

@@ -44,7 +44,9 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	f := &fileNode{mount: d.mount, entry: e, w: u}
 	f.fillAttr(&out.Attr)
 	inode := d.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: e.Ino()})
-	return inode, f.newWriteHandle(ctx, u), fuse.FOPEN_DIRECT_IO, 0
+	h := f.newWriteHandle(ctx, u)
+	f.wtgid = h.tgid
+	return inode, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -129,19 +131,40 @@ func (f *fileNode) writer() *vfs.Upload {
 }
 
 // openWrite is an open of an existing file for writing: it may only
-// replace the object whole (O_TRUNC, with --allow-overwrite).
+// replace the object whole (O_TRUNC, with --allow-overwrite), or join the
+// upload of the process writing it (joinWrite).
 func (f *fileNode) openWrite(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if !f.mount.core.Writable() {
 		return nil, 0, syscall.EROFS
+	}
+	if h := f.joinWrite(ctx); h != nil {
+		return h, fuse.FOPEN_DIRECT_IO, 0
 	}
 	u, err := f.mount.core.OpenWrite(f.getEntry(), flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return nil, 0, errno(err)
 	}
+	h := f.newWriteHandle(ctx, u)
 	f.mu.Lock()
-	f.w = u
+	f.w, f.wtgid = u, h.tgid
 	f.mu.Unlock()
-	return f.newWriteHandle(ctx, u), fuse.FOPEN_DIRECT_IO, 0
+	return h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// joinWrite is a second open for writing, by the process writing the file
+// before it has written a byte: it writes the same upload. kvikio opens a
+// file it writes twice, the second time O_DIRECT for cuFile, and writes
+// through POSIX instead when that open fails. O_TRUNC has nothing to
+// truncate yet; the two descriptors share the upload as dup(2)'s copies do,
+// so the process's first close ends it. Any other second writer is EBUSY.
+func (f *fileNode) joinWrite(ctx context.Context) *writeHandle {
+	f.mu.Lock()
+	u, tgid := f.w, f.wtgid
+	f.mu.Unlock()
+	if u == nil || u.Size() != 0 || tgid == 0 || callerProcess(ctx) != tgid {
+		return nil
+	}
+	return f.newWriteHandle(ctx, u)
 }
 
 // writeHandle is a file open for writing: every write goes to its upload.

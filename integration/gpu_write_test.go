@@ -68,6 +68,11 @@ func TestGPUWriteLandsInS3ByteExact(t *testing.T) {
 	if _, err := f.Write(data[:posix]); err != nil {
 		t.Fatal(err)
 	}
+	// The kernel now holds the size write(2) made, and sees none of the
+	// ioctls' bytes.
+	if fi, err := os.Stat(filepath.Join(mp, "ckpt.bin")); err != nil || fi.Size() != posix {
+		t.Fatalf("stat after write(2): %v, %v; want %d bytes", fi, err, posix)
+	}
 	// Uneven pieces: one within a slot, one across parts, the rest.
 	off := uint64(posix)
 	for _, n := range []uint64{300 << 10, 11<<20 + 3, size - posix - (300 << 10) - (11<<20 + 3)} {
@@ -90,6 +95,10 @@ func TestGPUWriteLandsInS3ByteExact(t *testing.T) {
 	if res, err := s3gds.Write(f, hostRequest(buf, off, 0, 0)); err != nil || res.Bytes != 0 {
 		t.Errorf("zero-length write: %+v %v", res, err)
 	}
+	// A file being written shows the bytes written so far, the ioctls' too.
+	if fi, err := os.Stat(filepath.Join(mp, "ckpt.bin")); err != nil || fi.Size() != int64(off) {
+		t.Errorf("stat while written: %v, %v; want %d bytes", fi, err, off)
+	}
 	if d.GPU.Imports().OpenImports() != 1 {
 		t.Fatalf("open imports %d while the file is open, want 1 (reused)", d.GPU.Imports().OpenImports())
 	}
@@ -102,6 +111,9 @@ func TestGPUWriteLandsInS3ByteExact(t *testing.T) {
 	}
 	if got, want := s3SHA256(t, srv, "data", "ckpt.bin"), sum(data); got != want {
 		t.Fatalf("S3 holds sha256 %s, wrote %s", got, want)
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "ckpt.bin")); err != nil || sum(got) != sum(data) {
+		t.Fatalf("read back through the mount: %d bytes, %v; wrote %d", len(got), err, len(data))
 	}
 	if n := metricAt(t, d, "s3_requests_total", "upload_part,ok"); n != 3 {
 		t.Errorf("%v parts uploaded, want 3", n)

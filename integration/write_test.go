@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -185,6 +186,61 @@ func TestWriteSmallAndEmptyFilesAreOnePut(t *testing.T) {
 	}
 	if n := metricAt(t, d, "s3_requests_total", "create_multipart,ok"); n != 0 {
 		t.Errorf("%v multipart uploads for files within one part", n)
+	}
+}
+
+// A second open for writing by the process writing the file, before it
+// wrote a byte, writes the same upload: kvikio opens a file it writes
+// twice, the second time O_DIRECT for cuFile. Another process's open, or
+// one after bytes were written, stays refused.
+func TestWriteSecondOpenBeforeAnyByteJoinsTheUpload(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, _ := writable(t, srv, "data", 5<<20, nil)
+	path := filepath.Join(mp, "joined.bin")
+	data := testenv.RandomBytes(41, 0, 6<<20+17) // two parts
+	half := int64(len(data) / 2)
+
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	first, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process is a second writer, as ever.
+	if out, err := exec.Command("sh", "-c", `exec 3>"$1"`, "sh", path).CombinedOutput(); err == nil {
+		t.Errorf("another process opened the file being written for writing:\n%s", out)
+	}
+	second, err := os.OpenFile(path, flags|syscall.O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatalf("second open by the writer before any byte: %v", err)
+	}
+	if _, err := second.WriteAt(data[:half], 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.WriteAt(data[half:], half); err != nil {
+		t.Fatalf("the first descriptor writes on where the second ended: %v", err)
+	}
+	// With bytes written, a third open is refused (EPERM: the name is an
+	// existing file, and this mount replaces none).
+	if _, err := os.OpenFile(path, flags, 0o644); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("open for writing after bytes were written: %v, want EPERM", err)
+	}
+	// As kvikio closes: the first descriptor, whose close ends the upload,
+	// then the O_DIRECT one.
+	if err := first.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatalf("close of the joined descriptor: %v", err)
+	}
+	if got, want := s3SHA256(t, srv, "data", "joined.bin"), sum(data); got != want {
+		t.Fatalf("S3 holds sha256 %s, wrote %s", got, want)
+	}
+	if got, err := os.ReadFile(path); err != nil || sum(got) != sum(data) {
+		t.Fatalf("read back through the mount: %d bytes, %v", len(got), err)
+	}
+	if left := openUploads(t, srv, "data"); len(left) != 0 {
+		t.Errorf("multipart uploads left open: %v", left)
 	}
 }
 

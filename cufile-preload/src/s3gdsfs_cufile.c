@@ -1,14 +1,14 @@
 /*
- * libs3gdsfs_cufile.so - serves NVIDIA cuFile reads of files on s3gdsfs
- * mounts through the S3GDS_IOC_READ ioctl (docs/ioctl.md), and hands every
- * other call to NVIDIA's libcufile untouched. docs/cufile-preload.md is the
- * user's guide.
+ * libs3gdsfs_cufile.so - serves NVIDIA cuFile reads and writes of files on
+ * s3gdsfs mounts through the S3GDS_IOC_READ and S3GDS_IOC_WRITE ioctls
+ * (docs/ioctl.md), and hands every other call to NVIDIA's libcufile
+ * untouched. docs/cufile-preload.md is the user's guide.
  *
  * Load it ahead of libcufile (LD_PRELOAD). cuFileHandleRegister looks at the
  * file once: a FUSE file (fstatfs f_type FUSE_SUPER_MAGIC) whose
- * user.s3gdsfs.caps xattr names a daemon that can write into device memory
- * is "ours"; its reads become ioctls naming the CUDA IPC handle of the
- * allocation that holds the destination (libcuda.so.1, opened at run time).
+ * user.s3gdsfs.caps xattr names a daemon that can reach device memory is
+ * "ours"; its reads and writes become ioctls naming the CUDA IPC handle of
+ * the allocation that holds the buffer (libcuda.so.1, opened at run time).
  * Any other file is registered with the real libcufile, and the handle given
  * back wraps the real one.
  *
@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -29,6 +30,7 @@
 #include <sys/types.h>
 #include <sys/vfs.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cufile_abi.h"
@@ -228,7 +230,7 @@ static int cuda_ok(void)
 		return 1;
 	char line[512];
 	snprintf(line, sizeof(line),
-		 "libcuda.so.1 is not usable (%s): reads of s3gdsfs files go to NVIDIA's libcufile, "
+		 "libcuda.so.1 is not usable (%s): reads and writes of s3gdsfs files go to NVIDIA's libcufile, "
 		 "or fail with CU_FILE_CUDA_DRIVER_ERROR without it",
 		 cuda.why);
 	once(&warned_no_cuda, line);
@@ -422,14 +424,23 @@ static CUfileOpError locate(CUdeviceptr ptr, struct alloc *a, int *cached, CUres
 
 /* ---- handles ---- */
 
+/* The order of a handle's writes (wait_turn). */
+struct write_order {
+	pthread_mutex_t mu;
+	pthread_cond_t moved; /* broadcast when a write took bytes */
+	unsigned long long done; /* writes that took bytes */
+	long long end;           /* where the latest of them ended; -1 before any */
+};
+
 struct handle {
 	struct handle *next;
-	int ours;       /* on an s3gdsfs mount: reads go through the ioctl */
+	int ours;       /* on an s3gdsfs mount: reads and writes go through the ioctls */
 	int fd;
 	uint32_t flags; /* S3GDS_F_HOST_BUFFER for a host stand-in daemon */
 	CUfileDescr_t descr;
 	CUfileHandle_t real; /* NVIDIA's handle, when registered there */
 	int real_registered;
+	struct write_order order; /* ours only */
 };
 
 static struct handle *handles;
@@ -441,6 +452,18 @@ static struct handle *find(CUfileHandle_t fh)
 		if ((CUfileHandle_t)h == fh)
 			return h;
 	return NULL;
+}
+
+static void order_init(struct write_order *o)
+{
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* the waits are not moved by the wall clock */
+	pthread_cond_init(&o->moved, &attr);
+	pthread_condattr_destroy(&attr);
+	pthread_mutex_init(&o->mu, NULL);
+	o->done = 0;
+	o->end = -1;
 }
 
 /* json_string finds "key": "value" in a flat JSON object and copies value. */
@@ -572,6 +595,7 @@ EXPORT CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *des
 				return status(CU_FILE_HANDLE_ALREADY_REGISTERED);
 			}
 		}
+		order_init(&h->order);
 		h->next = handles;
 		handles = h;
 		pthread_mutex_unlock(&mu);
@@ -628,6 +652,10 @@ EXPORT void cuFileHandleDeregister(CUfileHandle_t fh)
 			dereg(h->real);
 	}
 	dbg("deregister fd %d", h->fd);
+	if (h->ours) {
+		pthread_mutex_destroy(&h->order.mu);
+		pthread_cond_destroy(&h->order.moved);
+	}
 	free(h);
 }
 
@@ -722,39 +750,136 @@ EXPORT CUfileError_t cuFileBufDeregister(const void *ptr)
 	return e;
 }
 
-/* ---- reads ---- */
+/* ---- reads and writes ---- */
 
-#define FALLBACK 1 /* serve_read could not serve: hand the read to the real libcufile */
+enum op { OP_READ, OP_WRITE };
+static const char *const op_name[] = {"read", "write"};
 
-/* read_ioctl issues one S3GDS_IOC_READ of [off, off+size) of h's file into
- * dst, inside allocation a: 0, or -1 with errno. */
-static int read_ioctl(struct handle *h, const struct alloc *a, CUdeviceptr dst, size_t size, off_t off,
-		      struct s3gds_read *req)
+#define FALLBACK 1 /* serve could not serve: hand the call to the real libcufile */
+
+/* io_ioctl issues one S3GDS_IOC_READ (OP_READ) or S3GDS_IOC_WRITE of
+ * [off, off+size) of h's file, to or from ptr inside allocation a: 0, or -1
+ * with errno. */
+static int io_ioctl(struct handle *h, enum op op, const struct alloc *a, CUdeviceptr ptr, size_t size, off_t off,
+		    struct s3gds_read *req)
 {
 	s3gds_read_init(req);
 	req->flags = h->flags;
 	req->device = a->device;
 	req->offset = (uint64_t)off;
 	req->length = size;
-	req->dst_offset = dst - a->base;
+	req->dst_offset = ptr - a->base;
 	memcpy(req->ipc_handle, &a->ipc, sizeof(req->ipc_handle));
+	unsigned long cmd = op == OP_WRITE ? S3GDS_IOC_WRITE : S3GDS_IOC_READ;
 	int rc;
 	do
-		rc = ioctl(h->fd, S3GDS_IOC_READ, req);
+		rc = ioctl(h->fd, cmd, req);
 	while (rc != 0 && errno == EINTR);
 	return rc;
 }
 
-/* Where serve_read found the destination's allocation. */
+/* opened_without says whether h's descriptor lacks the access op needs: the
+ * daemon's EBADF is then about the file, not the buffer's handle. */
+static int opened_without(struct handle *h, enum op op)
+{
+	int fl = fcntl(h->fd, F_GETFL);
+	if (fl < 0)
+		return 1;
+	return op == OP_WRITE ? (fl & O_ACCMODE) == O_RDONLY : (fl & O_ACCMODE) == O_WRONLY;
+}
+
+/* ---- the order of writes ----
+ *
+ * The daemon takes a file's bytes in order only: a write must start where
+ * the bytes written so far end, or it is EINVAL (docs/ioctl.md). A program
+ * that splits one write over threads (kvikio's pool with KVIKIO_NTHREADS
+ * above 1) issues the pieces at once, in no set order. A piece refused as
+ * out of order waits for the handle's other writes, and is issued again
+ * when one ends where it starts. It fails with EINVAL at once when it
+ * starts before where the handle's writes have ended (those bytes are
+ * written: never again), and otherwise when no write of the handle took
+ * bytes for WRITE_TURN_MS, after one last try (write(2) may have filled the
+ * gap). A program that writes out of order alone pays that wait once per
+ * refused write. */
+
+#define WRITE_TURN_MS 2000
+
+enum { TURN_RETRY, TURN_LAST, TURN_NEVER };
+
+static unsigned long long order_seen(struct write_order *o)
+{
+	pthread_mutex_lock(&o->mu);
+	unsigned long long n = o->done;
+	pthread_mutex_unlock(&o->mu);
+	return n;
+}
+
+static void order_moved(struct write_order *o, off_t off, uint64_t bytes)
+{
+	if (bytes == 0)
+		return;
+	pthread_mutex_lock(&o->mu);
+	o->done++;
+	if ((long long)off + (long long)bytes > o->end)
+		o->end = (long long)off + (long long)bytes;
+	pthread_cond_broadcast(&o->moved);
+	pthread_mutex_unlock(&o->mu);
+}
+
+static void turn_deadline(struct timespec *t)
+{
+	clock_gettime(CLOCK_MONOTONIC, t);
+	t->tv_sec += WRITE_TURN_MS / 1000;
+	t->tv_nsec += (long)(WRITE_TURN_MS % 1000) * 1000000L;
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec++;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
+/* wait_turn waits, after the write at off was refused as out of order, for
+ * another write of the handle to end at off; seen is the handle's count of
+ * writes done when the refused one was issued. A write behind the end
+ * waits for nothing. */
+static int wait_turn(struct write_order *o, off_t off, unsigned long long seen)
+{
+	struct timespec until;
+	turn_deadline(&until);
+	int turn = TURN_LAST, timed_out = 0;
+	pthread_mutex_lock(&o->mu);
+	for (;;) {
+		if (o->end > (long long)off) {
+			turn = TURN_NEVER; /* every byte up to end is written */
+			break;
+		}
+		if (o->done != seen) {
+			if (o->end == (long long)off) {
+				turn = TURN_RETRY;
+				break;
+			}
+			seen = o->done;
+			turn_deadline(&until); /* writes are moving: wait on */
+		}
+		if (timed_out)
+			break;
+		timed_out = pthread_cond_timedwait(&o->moved, &o->mu, &until) == ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&o->mu);
+	return turn;
+}
+
+/* Where serve found the buffer's allocation. */
 enum { FROM_DRIVER, FROM_CACHE, FROM_REGISTERED };
 static const char *const from_name[] = {"", " (cached allocation)", " (registered buffer)"};
 
-/* serve_read reads [off, off+size) of h's file to dst through the ioctl:
- * one ioctl, however large. It returns 0 with *ret the cuFileRead value,
- * or FALLBACK with *ret the value to return should no real libcufile take
- * the read. */
-static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off, ssize_t *ret)
+/* serve reads (OP_READ) [off, off+size) of h's file into ptr, or writes
+ * size bytes from ptr at off, through the ioctl: one ioctl, however large
+ * (a write refused as out of order may be issued again: wait_turn). It
+ * returns 0 with *ret the cuFileRead or cuFileWrite value, or FALLBACK with
+ * *ret the value to return should no real libcufile take the call. */
+static int serve(struct handle *h, enum op op, CUdeviceptr ptr, size_t size, off_t off, ssize_t *ret)
 {
+	const char *name = op_name[op];
 	if (off < 0 || size > (size_t)SSIZE_MAX) {
 		errno = EINVAL;
 		*ret = -1;
@@ -769,7 +894,7 @@ static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off,
 	struct buf *reg = NULL;
 	pthread_mutex_lock(&mu);
 	for (struct buf *b = bufs; b; b = b->next) {
-		if (b->have_alloc && dst >= b->base && dst - b->base < b->len) {
+		if (b->have_alloc && ptr >= b->base && ptr - b->base < b->len) {
 			a = b->alloc;
 			reg = b;
 			from = FROM_REGISTERED;
@@ -780,9 +905,9 @@ static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off,
 	if (!reg) {
 		CUresult cu = CUDA_SUCCESS;
 		int cached = 0;
-		CUfileOpError err = locate(dst, &a, &cached, &cu);
+		CUfileOpError err = locate(ptr, &a, &cached, &cu);
 		if (err != CU_FILE_SUCCESS) {
-			dbg("read fd %d: destination 0x%llx: %d (CUDA %d)", h->fd, (unsigned long long)dst, (int)err, cu);
+			dbg("%s fd %d: buffer 0x%llx: %d (CUDA %d)", name, h->fd, (unsigned long long)ptr, (int)err, cu);
 			*ret = -(ssize_t)err;
 			return FALLBACK;
 		}
@@ -790,33 +915,49 @@ static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off,
 			from = FROM_CACHE;
 	}
 	struct s3gds_read req;
-	for (int tries = 0;; tries++) {
-		if (dst + size > a.base + a.size || dst + size < dst) {
-			dbg("read fd %d: [0x%llx, +%zu) runs past its allocation [0x%llx, +%zu)", h->fd,
-			    (unsigned long long)dst, size, (unsigned long long)a.base, a.size);
+	int looked_again = 0, last_turn = 0;
+	for (;;) {
+		if (ptr + size > a.base + a.size || ptr + size < ptr) {
+			dbg("%s fd %d: [0x%llx, +%zu) runs past its allocation [0x%llx, +%zu)", name, h->fd,
+			    (unsigned long long)ptr, size, (unsigned long long)a.base, a.size);
 			*ret = -(ssize_t)CU_FILE_CUDA_POINTER_RANGE_ERROR;
 			return 0;
 		}
-		if (read_ioctl(h, &a, dst, size, off, &req) == 0)
+		unsigned long long seen = op == OP_WRITE ? order_seen(&h->order) : 0;
+		if (io_ioctl(h, op, &a, ptr, size, off, &req) == 0)
 			break;
 		int e = errno;
-		dbg("read fd %d: [%lld, +%zu): ioctl: %s", h->fd, (long long)off, size, strerror(e));
-		/* EBADF: the daemon cannot open the handle. One that came from a
-		 * cache may be stale (the memory freed and allocated again at
-		 * this address): ask the driver once more, and retry if it
-		 * names another allocation. */
+		dbg("%s fd %d: [%lld, +%zu): ioctl: %s", name, h->fd, (long long)off, size, strerror(e));
+		if (op == OP_WRITE && e == EINVAL && !last_turn) {
+			int turn = wait_turn(&h->order, off, seen);
+			if (turn != TURN_NEVER) {
+				last_turn = turn == TURN_LAST;
+				dbg("write fd %d: [%lld, +%zu) %s", h->fd, (long long)off, size,
+				    last_turn ? "out of order, no write of the handle moved: trying once more"
+					      : "waited for the writes before it: issuing it again");
+				continue;
+			}
+			dbg("write fd %d: [%lld, +%zu) lies behind the bytes written", h->fd, (long long)off, size);
+		}
+		/* EBADF: the daemon cannot open the handle, or the file is not
+		 * open for this. A handle that came from a cache may be stale
+		 * (the memory freed and allocated again at this address): ask
+		 * the driver once more, and retry if it names another
+		 * allocation. */
 		struct alloc fresh;
 		CUresult cu = CUDA_SUCCESS;
-		if (e != EBADF || tries > 0 || from == FROM_DRIVER || resolve(dst, &fresh, &cu) != CU_FILE_SUCCESS ||
-		    same_alloc(&fresh, &a)) {
-			if (e == EBADF && from != FROM_DRIVER)
-				cache_drop(dst);
+		int file_refused = e == EBADF && opened_without(h, op);
+		if (e != EBADF || file_refused || looked_again || from == FROM_DRIVER ||
+		    resolve(ptr, &fresh, &cu) != CU_FILE_SUCCESS || same_alloc(&fresh, &a)) {
+			if (e == EBADF && !file_refused && from != FROM_DRIVER)
+				cache_drop(ptr);
 			errno = e;
 			*ret = -1;
 			return 0;
 		}
-		dbg("read fd %d: the handle of 0x%llx was stale; looked up again, retrying", h->fd,
-		    (unsigned long long)dst);
+		looked_again = 1;
+		dbg("%s fd %d: the handle of 0x%llx was stale; looked up again, retrying", name, h->fd,
+		    (unsigned long long)ptr);
 		if (from == FROM_REGISTERED) {
 			pthread_mutex_lock(&mu);
 			for (struct buf *b = bufs; b; b = b->next)
@@ -827,7 +968,9 @@ static int serve_read(struct handle *h, CUdeviceptr dst, size_t size, off_t off,
 		cache_put(&fresh);
 		a = fresh;
 	}
-	dbg("read fd %d: [%lld, +%zu) -> %llu bytes over %s%s", h->fd, (long long)off, size,
+	if (op == OP_WRITE)
+		order_moved(&h->order, off, req.bytes);
+	dbg("%s fd %d: [%lld, +%zu) -> %llu bytes over %s%s", name, h->fd, (long long)off, size,
 	    (unsigned long long)req.bytes, s3gds_transport_name(req.transport), from_name[from]);
 	*ret = (ssize_t)req.bytes;
 	return 0;
@@ -854,7 +997,7 @@ EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off
 	if (h->ours) {
 		ssize_t ret;
 		CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
-		if (serve_read(h, dst, size, file_offset, &ret) != FALLBACK)
+		if (serve(h, OP_READ, dst, size, file_offset, &ret) != FALLBACK)
 			return ret;
 		CUfileHandle_t rh;
 		if (!real || real_handle(h, &rh) != CU_FILE_SUCCESS) {
@@ -876,12 +1019,23 @@ EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t si
 {
 	struct handle *h = lookup(fh);
 	__typeof__(&cuFileWrite) real = REAL(cuFileWrite);
-	if (!h)
+	if (!h) {
+		dbg("write %p: not registered here; %s", fh, real ? "passed on" : "CU_FILE_HANDLE_NOT_REGISTERED");
 		return real ? real(fh, bufPtr_base, size, file_offset, bufPtr_offset) : -(ssize_t)CU_FILE_HANDLE_NOT_REGISTERED;
+	}
 	if (h->ours) {
-		dbg("write fd %d: refused, s3gdsfs mounts are read-only", h->fd);
-		errno = EROFS;
-		return -1;
+		ssize_t ret;
+		CUdeviceptr src = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
+		if (serve(h, OP_WRITE, src, size, file_offset, &ret) != FALLBACK)
+			return ret;
+		CUfileHandle_t rh;
+		if (!real || real_handle(h, &rh) != CU_FILE_SUCCESS) {
+			if (!real)
+				warn_no_real();
+			return ret;
+		}
+		dbg("write fd %d: passed to the real libcufile", h->fd);
+		return real(rh, bufPtr_base, size, file_offset, bufPtr_offset);
 	}
 	if (!real) {
 		warn_no_real();
@@ -890,9 +1044,40 @@ EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t si
 	return real(h->real, bufPtr_base, size, file_offset, bufPtr_offset);
 }
 
-/* Stream-ordered reads of ours run at once, after the stream drains: the
- * bytes are in place when the call returns, so later work on the stream
- * sees them. */
+/* Stream-ordered reads and writes of ours run at once, after the stream
+ * drains: a read's bytes are in place, and a write has taken the buffer's,
+ * when the call returns, so later work on the stream may use the buffer.
+ * serve_async answers the call of h in *e, or returns FALLBACK with *rh
+ * for the real libcufile (registered there) to take it. */
+static int serve_async(struct handle *h, enum op op, void *base, size_t *size_p, off_t *file_offset_p,
+		       off_t *buf_offset_p, ssize_t *done_p, CUstream stream, int have_real, CUfileHandle_t *rh,
+		       CUfileError_t *e)
+{
+	*e = status(CU_FILE_SUCCESS);
+	if (cuda_ok() && cuda.sync) {
+		CUresult cu = cuda.sync(stream);
+		if (cu != CUDA_SUCCESS) {
+			e->err = CU_FILE_CUDA_DRIVER_ERROR;
+			e->cu_err = cu;
+			return 0;
+		}
+		ssize_t ret;
+		CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)base + (CUdeviceptr)*buf_offset_p;
+		if (serve(h, op, ptr, *size_p, *file_offset_p, &ret) != FALLBACK) {
+			*done_p = ret;
+			return 0;
+		}
+	}
+	CUfileOpError err = have_real ? real_handle(h, rh) : CU_FILE_DRIVER_NOT_INITIALIZED;
+	if (err != CU_FILE_SUCCESS) {
+		if (!have_real)
+			warn_no_real();
+		e->err = cuda.sync ? err : CU_FILE_CUDA_DRIVER_ERROR;
+		return 0;
+	}
+	return FALLBACK;
+}
+
 EXPORT CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p, off_t *file_offset_p,
 				     off_t *bufPtr_offset_p, ssize_t *bytes_read_p, CUstream stream)
 {
@@ -907,25 +1092,10 @@ EXPORT CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_
 		return status(CU_FILE_INVALID_VALUE);
 	CUfileHandle_t rh = h->real;
 	if (h->ours) {
-		if (cuda_ok() && cuda.sync) {
-			CUresult cu = cuda.sync(stream);
-			if (cu != CUDA_SUCCESS) {
-				CUfileError_t e = {CU_FILE_CUDA_DRIVER_ERROR, cu};
-				return e;
-			}
-			ssize_t ret;
-			CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)*bufPtr_offset_p;
-			if (serve_read(h, dst, *size_p, *file_offset_p, &ret) != FALLBACK) {
-				*bytes_read_p = ret;
-				return status(CU_FILE_SUCCESS);
-			}
-		}
-		CUfileOpError err = real ? real_handle(h, &rh) : CU_FILE_DRIVER_NOT_INITIALIZED;
-		if (err != CU_FILE_SUCCESS) {
-			if (!real)
-				warn_no_real();
-			return status(cuda.sync ? err : CU_FILE_CUDA_DRIVER_ERROR);
-		}
+		CUfileError_t e;
+		if (serve_async(h, OP_READ, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_read_p, stream,
+				real != NULL, &rh, &e) != FALLBACK)
+			return e;
 	} else if (!real) {
 		warn_no_real();
 		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
@@ -943,24 +1113,25 @@ EXPORT CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size
 			return status(CU_FILE_HANDLE_NOT_REGISTERED);
 		return real(fh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p, stream);
 	}
+	if (!size_p || !file_offset_p || !bufPtr_offset_p || !bytes_written_p)
+		return status(CU_FILE_INVALID_VALUE);
+	CUfileHandle_t rh = h->real;
 	if (h->ours) {
-		if (!bytes_written_p)
-			return status(CU_FILE_INVALID_VALUE);
-		*bytes_written_p = -1;
-		errno = EROFS;
-		return status(CU_FILE_PERMISSION_DENIED);
-	}
-	if (!real) {
+		CUfileError_t e;
+		if (serve_async(h, OP_WRITE, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p,
+				stream, real != NULL, &rh, &e) != FALLBACK)
+			return e;
+	} else if (!real) {
 		warn_no_real();
 		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
 	}
-	return real(h->real, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p, stream);
+	return real(rh, bufPtr_base, size_p, file_offset_p, bufPtr_offset_p, bytes_written_p, stream);
 }
 
 /* ---- batches ---- */
 
-/* A batch of ours: reads of s3gdsfs files complete at submission and wait
- * in done for cuFileBatchIOGetStatus; the rest go to a real batch. */
+/* A batch of ours: reads and writes of s3gdsfs files complete at submission
+ * and wait in done for cuFileBatchIOGetStatus; the rest go to a real batch. */
 struct batch {
 	struct batch *next;
 	unsigned nr;
@@ -998,8 +1169,45 @@ EXPORT CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned
 	batches = b;
 	pthread_mutex_unlock(&mu);
 	*batch_idp = b;
-	dbg("batch %p: set up for %u%s", (void *)b, nr, b->real_ok ? "" : " (no real batch: s3gdsfs reads only)");
+	dbg("batch %p: set up for %u%s", (void *)b, nr, b->real_ok ? "" : " (no real batch: s3gdsfs files only)");
 	return status(CU_FILE_SUCCESS);
+}
+
+/* batch_done records the result of an entry served here for
+ * cuFileBatchIOGetStatus: CU_FILE_SUCCESS, or CU_FILE_BATCH_FULL. */
+static CUfileOpError batch_done(struct batch *b, void *cookie, ssize_t ret)
+{
+	CUfileOpError err = CU_FILE_SUCCESS;
+	pthread_mutex_lock(&mu);
+	if (b->ndone < b->nr) {
+		CUfileIOEvents_t *ev = &b->done[b->ndone++];
+		ev->cookie = cookie;
+		ev->status = ret >= 0 ? CUFILE_COMPLETE : CUFILE_FAILED;
+		ev->ret = (size_t)ret;
+	} else {
+		err = CU_FILE_BATCH_FULL;
+	}
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+/* A write of a batch served here, in the order they are served. */
+struct batch_write {
+	struct handle *h;
+	unsigned i; /* its entry */
+};
+
+/* by_file_order: by handle, then file offset, then entry (of params). */
+static int by_file_order(const void *x, const void *y, void *params)
+{
+	const struct batch_write *a = x, *b = y;
+	const CUfileIOParams_t *io = params;
+	if (a->h != b->h)
+		return (uintptr_t)a->h < (uintptr_t)b->h ? -1 : 1;
+	off_t oa = io[a->i].u.batch.file_offset, ob = io[b->i].u.batch.file_offset;
+	if (oa != ob)
+		return oa < ob ? -1 : 1;
+	return a->i < b->i ? -1 : a->i > b->i;
 }
 
 EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t *iocbp, unsigned flags)
@@ -1014,9 +1222,13 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned
 	if (!iocbp || nr == 0 || nr > b->nr)
 		return status(CU_FILE_INVALID_VALUE);
 	CUfileIOParams_t *pass = calloc(nr, sizeof(*pass));
-	if (!pass)
+	struct batch_write *writes = calloc(nr, sizeof(*writes));
+	if (!pass || !writes) {
+		free(pass);
+		free(writes);
 		return status(CU_FILE_INTERNAL_ERROR);
-	unsigned npass = 0;
+	}
+	unsigned npass = 0, nwrites = 0;
 	CUfileError_t e = status(CU_FILE_SUCCESS);
 	for (unsigned i = 0; i < nr && e.err == CU_FILE_SUCCESS; i++) {
 		struct handle *h = lookup(iocbp[i].fh);
@@ -1025,31 +1237,23 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned
 			pass[npass++] = iocbp[i];
 			continue;
 		}
-		if (iocbp[i].mode != CUFILE_BATCH) {
+		if (iocbp[i].mode != CUFILE_BATCH ||
+		    (h->ours && iocbp[i].opcode != CUFILE_READ && iocbp[i].opcode != CUFILE_WRITE)) {
 			e.err = CU_FILE_INVALID_VALUE;
 			break;
 		}
-		if (h->ours && iocbp[i].opcode == CUFILE_READ) {
+		if (h->ours && iocbp[i].opcode == CUFILE_WRITE) {
+			writes[nwrites++] = (struct batch_write){h, i}; /* below, in file order */
+			continue;
+		}
+		if (h->ours) {
 			ssize_t ret;
 			CUdeviceptr dst = (CUdeviceptr)(uintptr_t)iocbp[i].u.batch.devPtr_base +
 					  (CUdeviceptr)iocbp[i].u.batch.devPtr_offset;
-			if (serve_read(h, dst, iocbp[i].u.batch.size, iocbp[i].u.batch.file_offset, &ret) != FALLBACK) {
-				pthread_mutex_lock(&mu);
-				if (b->ndone < b->nr) {
-					CUfileIOEvents_t *ev = &b->done[b->ndone++];
-					ev->cookie = iocbp[i].cookie;
-					ev->status = ret >= 0 ? CUFILE_COMPLETE : CUFILE_FAILED;
-					ev->ret = (size_t)ret;
-				} else {
-					e.err = CU_FILE_BATCH_FULL;
-				}
-				pthread_mutex_unlock(&mu);
+			if (serve(h, OP_READ, dst, iocbp[i].u.batch.size, iocbp[i].u.batch.file_offset, &ret) != FALLBACK) {
+				e.err = batch_done(b, iocbp[i].cookie, ret);
 				continue;
 			}
-		}
-		if (h->ours && iocbp[i].opcode != CUFILE_READ) {
-			e.err = CU_FILE_PERMISSION_DENIED; /* the mount is read-only */
-			break;
 		}
 		CUfileHandle_t rh = h->real;
 		if (h->ours && (e.err = real_handle(h, &rh)) != CU_FILE_SUCCESS)
@@ -1058,6 +1262,26 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned
 		pass[npass].fh = rh;
 		npass++;
 	}
+	/* A batch's entries have no order; the daemon takes a file's writes
+	 * in order only: they are served by file offset. */
+	qsort_r(writes, nwrites, sizeof(*writes), by_file_order, iocbp);
+	for (unsigned k = 0; k < nwrites && e.err == CU_FILE_SUCCESS; k++) {
+		struct handle *h = writes[k].h;
+		const CUfileIOParams_t *io = &iocbp[writes[k].i];
+		ssize_t ret;
+		CUdeviceptr src = (CUdeviceptr)(uintptr_t)io->u.batch.devPtr_base + (CUdeviceptr)io->u.batch.devPtr_offset;
+		if (serve(h, OP_WRITE, src, io->u.batch.size, io->u.batch.file_offset, &ret) != FALLBACK) {
+			e.err = batch_done(b, io->cookie, ret);
+			continue;
+		}
+		CUfileHandle_t rh;
+		if ((e.err = real_handle(h, &rh)) != CU_FILE_SUCCESS)
+			break;
+		pass[npass] = *io;
+		pass[npass].fh = rh;
+		npass++;
+	}
+	free(writes);
 	if (e.err == CU_FILE_SUCCESS && npass > 0) {
 		__typeof__(&cuFileBatchIOSubmit) submit = REAL(cuFileBatchIOSubmit);
 		if (!submit || !b->real_ok) {

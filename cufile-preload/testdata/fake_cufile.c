@@ -189,6 +189,17 @@ CUfileError_t cuFileReadAsync(CUfileHandle_t h, void *base, size_t *size, off_t 
 	return st(0);
 }
 
+CUfileError_t cuFileWriteAsync(CUfileHandle_t h, void *base, size_t *size, off_t *off, off_t *boff, ssize_t *done, CUstream s)
+{
+	(void)s;
+	struct fh *f = find(h);
+	if (!f)
+		return st(HANDLE_NOT_REGISTERED);
+	*done = pwrite(f->fd, (const char *)base + *boff, *size, *off);
+	logf_("cuFileWriteAsync fd=%d size=%zu -> %zd", f->fd, *size, *done);
+	return st(0);
+}
+
 CUfileError_t cuFileStreamRegister(CUstream s, unsigned flags) { (void)s; (void)flags; return st(0); }
 CUfileError_t cuFileStreamDeregister(CUstream s) { (void)s; return st(0); }
 
@@ -213,7 +224,11 @@ CUfileError_t cuFileBatchIOSubmit(void *b, unsigned nr, CUfileIOParams_t *io, un
 		struct fh *f = find(io[i].fh);
 		if (!f)
 			return st(HANDLE_NOT_REGISTERED);
-		ssize_t r = do_read(f, io[i].batch.devPtr_base, io[i].batch.size, io[i].batch.file_offset, io[i].batch.devPtr_offset);
+		ssize_t r = io[i].opcode == 1 /* CUFILE_WRITE */
+				    ? pwrite(f->fd, (const char *)io[i].batch.devPtr_base + io[i].batch.devPtr_offset,
+					     io[i].batch.size, io[i].batch.file_offset)
+				    : do_read(f, io[i].batch.devPtr_base, io[i].batch.size, io[i].batch.file_offset,
+					      io[i].batch.devPtr_offset);
 		x->ev[x->ndone].cookie = io[i].cookie;
 		x->ev[x->ndone].status = r >= 0 ? 0x10 : 0x40;
 		x->ev[x->ndone].ret = (size_t)r;

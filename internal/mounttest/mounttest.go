@@ -81,12 +81,17 @@ func Start(t testing.TB, cfg daemon.Config, parts ...Part) *daemon.Daemon {
 // (8 x 1 MiB slots).
 func Standin(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) *daemon.Daemon {
 	t.Helper()
+	return Start(t, StandinConfig(t, srv, bucket, mp, standinDir))
+}
+
+// StandinConfig is the Config of Standin, for a test to change before Start.
+func StandinConfig(t testing.TB, srv *testenv.Server, bucket, mp, standinDir string) daemon.Config {
 	cfg := Config(t, srv, bucket, mp)
 	cfg.GPU.Mode = "host-standin"
 	cfg.GPU.StandinDir = standinDir
 	cfg.GPU.Staging.SlotSize = 1 << 20
 	cfg.GPU.Staging.Slots = 8
-	return Start(t, cfg)
+	return cfg
 }
 
 // logWriter hands each line the daemon logs to the test's log.

@@ -1,4 +1,6 @@
-"""load_safetensors: a safetensors checkpoint into one device allocation.
+"""load_safetensors: a safetensors checkpoint into one device allocation;
+save_safetensors: one written, its tensors' bytes through S3GDS_IOC_WRITE where
+they are on a GPU (at the end of this module).
 
     import s3gds
     tensors = s3gds.load_safetensors("/mnt/s3/models/model.safetensors", device="cuda:0")

@@ -24,7 +24,9 @@ set -euo pipefail
 venv=${PY_VENV:-$HOME/.cache/s3gdsfs/python-venv}
 wheels=${PY_WHEELS:-$HOME/.cache/s3gdsfs/wheels}
 python=${PYTHON:-python3}
-pins=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6 pytest==9.2.0 setuptools==84.2.1)
+# transformers: the save_pretrained test through the mount (tests/test_write.py);
+# it brings huggingface-hub, tokenizers, regex, pyyaml and a few more, about 25 MB.
+pins=(torch==2.15.0 safetensors==0.8.0 numpy==2.4.6 pytest==9.2.0 setuptools==84.2.1 transformers==5.23.0)
 
 if [ ! -x "$venv/bin/python" ]; then
 	echo "creating $venv with $($python --version)"
@@ -64,7 +66,7 @@ if [ -n "$missing" ]; then
 	# shellcheck disable=SC2086 # one pin a word
 	"$venv/bin/python" -m pip install --disable-pip-version-check -q --no-index --find-links "$wheels" $missing
 fi
-"$venv/bin/python" -c 'import numpy, pytest, safetensors.torch, torch; torch.ones(1).add_(1)' || {
+"$venv/bin/python" -c 'import numpy, pytest, safetensors.torch, torch, transformers; torch.ones(1).add_(1)' || {
 	echo "$venv: the test packages do not import; remove it and run again" >&2
 	exit 1
 }

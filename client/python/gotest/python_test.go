@@ -98,6 +98,12 @@ func TestPythonClientOnMount(t *testing.T) {
 	wcfg := mounttest.Config(t, srv, writeBucket, writeMP)
 	wcfg.Core.Writes.Allow = true
 	wcfg.Core.Writes.PartSize = 5 << 20 // checkpoints of a few parts
+	// The GPU write ioctl with host buffers standing in for device memory,
+	// through staging of a few small slots as the read mount's.
+	wcfg.GPU.Mode = "host-standin"
+	wcfg.GPU.StandinDir = "/dev/shm"
+	wcfg.GPU.Staging.SlotSize = 1 << 20
+	wcfg.GPU.Staging.Slots = 8
 	mounttest.Start(t, wcfg)
 	writtenPath := filepath.Join(work, "written.json")
 	env := []string{
@@ -139,7 +145,11 @@ func checkWritten(t *testing.T, srv *testenv.Server, path string) {
 	if err := json.Unmarshal(b, &written); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"torch/model.pt", "st/model.safetensors", "dcp/step-1/.metadata"} {
+	for _, key := range []string{
+		"torch/model.pt", "st/model.safetensors", "dcp/step-1/.metadata",
+		"s3gds/model.safetensors", "dcp/single/.metadata", "dcp/ranks/s3gds/.metadata",
+		"dcp/ranks/s3gds/__1_0.distcp", "hf/gpt2/model.safetensors", "hf/gpt2-sharded/model.safetensors.index.json",
+	} {
 		if _, ok := written[key]; !ok {
 			t.Errorf("the write tests did not write %s", key)
 		}

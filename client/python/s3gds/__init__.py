@@ -40,14 +40,14 @@ from ._abi import (  # noqa: F401 (re-exported)
 )
 from ._hostbuffer import HostBuffer
 from ._version import __version__
-from .checkpoint import LoadStats, load_safetensors
+from .checkpoint import LoadStats, SaveStats, load_safetensors, save_safetensors
 
 if TYPE_CHECKING:
     from .datasets import S3GDSItem, S3GDSIterableDataset, S3GDSMapDataset
 
 __all__ = [
     "read_into", "ReadResult", "write_from", "WriteResult", "HostBuffer", "caps", "stats", "etag",
-    "load_safetensors", "LoadStats",
+    "load_safetensors", "LoadStats", "save_safetensors", "SaveStats",
     "S3GDSMapDataset", "S3GDSIterableDataset", "S3GDSItem",
     "FLAG_RDMA_ONLY", "FLAG_HTTP_ONLY", "FLAG_HOST_BUFFER", "FLAG_DECLINE_IS_ERROR",
     "TRANSPORTS", "DECLINE_REASONS", "ABI_VERSION", "STRUCT_SIZE", "IOC_READ", "IOC_WRITE",

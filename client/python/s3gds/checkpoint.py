@@ -1,4 +1,6 @@
-"""load_safetensors: a safetensors checkpoint into one device allocation.
+"""load_safetensors: a safetensors checkpoint into one device allocation;
+save_safetensors: one written, its tensors' bytes through S3GDS_IOC_WRITE where
+they are on a GPU (at the end of this module).
 
     import s3gds
     tensors = s3gds.load_safetensors("/mnt/s3/models/model.safetensors", device="cuda:0")
@@ -30,6 +32,7 @@ the tensor or field.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -379,3 +382,286 @@ def _check_index(path: str, weight_map: Dict[str, str], files: List[_File]) -> N
         if misplaced:
             raise ValueError(f"{path}: {f.path} holds tensor {misplaced[0]!r}, which weight_map "
                              f"puts in {weight_map[misplaced[0]]}")
+
+
+# --- save_safetensors ------------------------------------------------------------------------
+
+# The order safetensors writes tensors in: by dtype, the larger ranks first
+# (the order of the Rust crate's Dtype enum, reversed), then by name.
+_SAVE_ORDER = ("U64", "I64", "F64", "C64", "F32", "U32", "I32", "BF16", "F16", "U16", "I16",
+               "F8_E5M2FNUZ", "F8_E4M3FNUZ", "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL")
+# Through the write ioctl a tensor of SAVE_DIRECT bytes or more goes from its own memory, in one
+# call; runs of smaller ones are gathered into one buffer of up to SAVE_BATCH bytes per call.
+SAVE_DIRECT = 1 << 20
+SAVE_BATCH = 16 << 20
+_POSIX_CHUNK = 64 << 20  # a tensor copied off a device for write(2) moves this much at a time
+
+
+@dataclass
+class SaveStats:
+    """How save_safetensors wrote a file (its return value)."""
+
+    path: str = ""
+    method: str = ""  # "ioctl", "posix", or "mixed" (CUDA and CPU tensors taking different paths)
+    reason: str = ""  # why, in words: the ioctl's reason, else the posix one
+    methods: Dict[str, str] = field(default_factory=dict)  # tensor name -> "ioctl" or "posix"
+    header_bytes: int = 0  # the length prefix and the JSON header, with its padding
+    data_bytes: int = 0  # tensor bytes
+    bytes: int = 0  # the file's size: header_bytes + data_bytes
+    ioctl_bytes: int = 0  # of data_bytes, through S3GDS_IOC_WRITE
+    posix_bytes: int = 0  # of data_bytes, through write(2)
+    ioctl_calls: int = 0
+    posix_calls: int = 0  # write(2) calls, the header's included
+    copied: List[str] = field(default_factory=list)  # non-contiguous tensors written from a contiguous copy
+    daemon_seconds: float = 0.0  # the daemon's time in the write ioctls
+    seconds: float = 0.0
+
+
+@dataclass
+class _Out:
+    name: str
+    tensor: "torch.Tensor"  # contiguous, detached
+    dtype: str
+    nbytes: int
+    method: str = "posix"
+    kind: str = "posix"  # _landing.Choice.kind: "cuda", "host-standin" or "posix"
+
+
+def save_safetensors(tensors: Dict[str, "torch.Tensor"], path: PathLike,
+                     metadata: Optional[Dict[str, str]] = None, *, method: str = "auto") -> SaveStats:
+    """Write ``tensors`` to ``path`` as a safetensors file; returns a SaveStats.
+
+    The file is what ``safetensors.torch.save_file`` writes: the 8-byte
+    little-endian header length, the JSON header (tensors ordered by dtype,
+    larger first, then by name; ``__metadata__`` first when given; padded
+    with spaces to a multiple of 8 bytes), then the tensors' bytes in that
+    order. ``safetensors.torch.load_file`` and load_safetensors read it back.
+
+    method: "auto" sends CUDA tensors through S3GDS_IOC_WRITE on an s3gdsfs
+    mount whose daemon has CUDA (the daemon copies them off the device), and
+    everything else through write(2), CUDA tensors copied to the host first;
+    on a mount with the host stand-in (a test setting) CPU tensors take the
+    ioctl through a HostBuffer. "ioctl" raises ValueError where a tensor
+    cannot take it; "posix" always uses write(2). Works on any file system.
+
+    Non-contiguous tensors are written from a contiguous copy. A failure
+    removes the file and raises (OSError with the daemon's errno).
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ImportError("s3gds.save_safetensors needs PyTorch: pip install torch "
+                          "(or pip install 's3gds[torch]')") from e
+
+    start = time.perf_counter()
+    path = os.fspath(path)
+    if method not in _landing.METHODS:
+        raise ValueError(f"method {method!r}: use one of {', '.join(_landing.METHODS)}")
+    stats = SaveStats(path=path)
+    outs = _save_entries(tensors, stats)
+    header = _save_header(outs, metadata)
+    stats.header_bytes = len(header)
+    stats.data_bytes = sum(o.nbytes for o in outs)
+    stats.bytes = stats.header_bytes + stats.data_bytes
+
+    reasons: Dict[str, str] = {}
+    for o in outs:
+        choice = _landing.choose(path, o.tensor.device, method)
+        o.method, o.kind = choice.method, choice.kind
+        reasons.setdefault(choice.method, choice.reason)
+        stats.methods[o.name] = choice.method
+    used = {o.method for o in outs if o.nbytes}
+    stats.method = "mixed" if len(used) > 1 else (used.pop() if used else "posix")
+    stats.reason = reasons.get("ioctl") or reasons.get("posix") or "no tensor bytes to write"
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        stats.posix_calls += _write_all(fd, header)
+        _save_data(fd, path, outs, stats)
+    except BaseException:
+        # Closing uploads what was written: remove the file so that no partial
+        # checkpoint stays behind.
+        for op in (lambda: os.close(fd), lambda: os.unlink(path)):
+            try:
+                op()
+            except OSError:
+                pass
+        raise
+    try:
+        os.close(fd)  # on a mount the upload ends here: a failed one raises EIO
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    stats.seconds = time.perf_counter() - start
+    log.info("s3gds.save_safetensors %s: %d tensors, %d bytes (%d by ioctl, %d by write) in %.3f s (%s)",
+             path, len(outs), stats.bytes, stats.ioctl_bytes, stats.posix_bytes, stats.seconds, stats.reason)
+    return stats
+
+
+def _save_entries(tensors: Any, stats: SaveStats) -> List[_Out]:
+    import torch
+
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors must be a dict of names to tensors, not {type(tensors).__name__}")
+    names = {getattr(torch, attr): name for name, (attr, _) in DTYPES.items() if hasattr(torch, attr)}
+    outs = []
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be strings, not {type(name).__name__} ({name!r})")
+        if name == "__metadata__":
+            raise ValueError("a tensor may not be named '__metadata__': the header keeps that name "
+                             "for the metadata")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensor {name!r}: a {type(t).__name__}, not a torch.Tensor")
+        if t.layout != torch.strided:
+            raise ValueError(f"tensor {name!r}: layout {t.layout} is not dense; safetensors holds "
+                             "dense tensors only (.to_dense() first)")
+        if t.device.type == "meta":
+            raise ValueError(f"tensor {name!r} is on the meta device: it has no bytes to write")
+        if t.dtype not in names:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} has no safetensors name here "
+                             f"(known: {', '.join(DTYPES)})")
+        t = t.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+            stats.copied.append(name)
+        outs.append(_Out(name, t, names[t.dtype], t.numel() * t.element_size()))
+    _refuse_shared(tensors)
+    rank = {d: i for i, d in enumerate(_SAVE_ORDER)}
+    outs.sort(key=lambda o: (rank[o.dtype], o.name))
+    return outs
+
+
+def _refuse_shared(tensors: Dict[str, "torch.Tensor"]) -> None:
+    # As safetensors: tensors whose bytes overlap in one storage would be
+    # written twice and come back as separate tensors.
+    groups: Dict[Tuple[Any, int], List[Tuple[int, int, str]]] = {}
+    for name, t in tensors.items():
+        storage = t.untyped_storage()
+        if storage.data_ptr() == 0 or storage.nbytes() == 0 or t.numel() == 0:
+            continue
+        begin = t.data_ptr()
+        # The last byte the tensor reaches, whatever its strides.
+        end = begin + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) * t.element_size() + t.element_size()
+        groups.setdefault((t.device, storage.data_ptr()), []).append((begin, end, name))
+    for areas in groups.values():
+        areas.sort()
+        reach, last = areas[0][1], areas[0][2]
+        for begin, end, name in areas[1:]:
+            if begin < reach:
+                raise ValueError(f"tensors {last!r} and {name!r} share memory: safetensors files hold each "
+                                 "tensor's bytes once; save one of them, or a .clone() of the other")
+            if end > reach:
+                reach, last = end, name
+
+
+def _save_header(outs: List[_Out], metadata: Optional[Dict[str, str]]) -> bytes:
+    header: Dict[str, Any] = {}
+    if metadata is not None:
+        if not isinstance(metadata, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise TypeError("metadata must map strings to strings")
+        header["__metadata__"] = metadata
+    offset = 0
+    for o in outs:
+        header[o.name] = {"dtype": o.dtype, "shape": list(o.tensor.shape), "data_offsets": [offset, offset + o.nbytes]}
+        offset += o.nbytes
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _save_data(fd: int, path: str, outs: List[_Out], stats: SaveStats) -> None:
+    run: List[_Out] = []
+    host: List[Any] = []  # the HostBuffer the host stand-in's runs go through, reused
+
+    def flush():
+        if run:
+            _write_ioctl_run(fd, path, run, host, stats)
+            run.clear()
+
+    try:
+        for o in outs:
+            if o.nbytes == 0:
+                continue
+            if o.method == "ioctl":
+                if run and (o.nbytes >= SAVE_DIRECT or run[0].kind != o.kind
+                            or o.tensor.device != run[0].tensor.device
+                            or sum(r.nbytes for r in run) + o.nbytes > SAVE_BATCH):
+                    flush()
+                run.append(o)
+                if o.nbytes >= SAVE_DIRECT:
+                    flush()
+                continue
+            flush()
+            stats.posix_calls += _write_tensor_posix(fd, o.tensor)
+            stats.posix_bytes += o.nbytes
+        flush()
+    finally:
+        for h in host:
+            try:
+                h.close()
+            except BufferError:
+                pass  # a view still holds the mapping: it goes when the view does
+
+
+def _write_ioctl_run(fd: int, path: str, run: List[_Out], host: List[Any], stats: SaveStats) -> None:
+    """One S3GDS_IOC_WRITE for the run: a lone tensor from its own memory, several from one buffer."""
+    import torch
+
+    from . import write_from
+    from ._hostbuffer import HostBuffer
+
+    total = sum(o.nbytes for o in run)
+    if run[0].kind == "host-standin":
+        if not host or host[0].nbytes < total:
+            for h in host:
+                h.close()
+            host[:] = [HostBuffer(total)]
+        staging = torch.frombuffer(host[0].view(), dtype=torch.uint8)
+        at = 0
+        for o in run:
+            staging[at:at + o.nbytes].copy_(_bytes_of(o.tensor))
+            at += o.nbytes
+        del staging  # the mapping's export goes with it, so that close() can unmap
+        src: Any = host[0]
+    elif len(run) == 1:
+        src = _bytes_of(run[0].tensor)
+    else:
+        src = torch.cat([_bytes_of(o.tensor) for o in run])
+    res = write_from(src, fd, total)
+    if res.nbytes != total:
+        raise OSError(errno.EIO, f"S3GDS_IOC_WRITE took {res.nbytes} of {total} bytes", path)
+    stats.ioctl_calls += 1
+    stats.ioctl_bytes += total
+    stats.daemon_seconds += res.seconds
+
+
+def _bytes_of(t: "torch.Tensor") -> "torch.Tensor":
+    """A contiguous tensor's bytes as a flat uint8 tensor on its device (no copy)."""
+    import torch
+
+    return t.reshape(-1).view(torch.uint8)
+
+
+def _write_tensor_posix(fd: int, t: "torch.Tensor") -> int:
+    flat = _bytes_of(t)
+    if flat.device.type == "cpu":
+        return _write_all(fd, memoryview(flat.numpy()))
+    calls = 0
+    for at in range(0, flat.numel(), _POSIX_CHUNK):
+        calls += _write_all(fd, memoryview(flat[at:at + _POSIX_CHUNK].cpu().numpy()))
+    return calls
+
+
+def _write_all(fd: int, data: Any) -> int:
+    """write(2) until every byte is taken; returns the number of calls."""
+    view = memoryview(data).cast("B")
+    calls, done = 0, 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
+        calls += 1
+    return calls

@@ -32,7 +32,7 @@ def test_wheel_builds_installs_and_imports_without_torch(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         metadata = z.read(f"s3gds-{s3gds.__version__}.dist-info/METADATA").decode()
-    for module in ("__init__", "_abi", "_cuda", "_hostbuffer", "_landing", "_version", "checkpoint", "datasets"):
+    for module in ("__init__", "_abi", "_cuda", "_hostbuffer", "_landing", "_version", "checkpoint", "datasets", "dcp"):
         assert f"s3gds/{module}.py" in names
     assert "s3gds/py.typed" in names
     assert not any(n.endswith(".so") for n in names)

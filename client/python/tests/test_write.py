@@ -1,13 +1,11 @@
 """Checkpoints saved through a mount that allows writes (docs/operations.md, "Writes").
 
 Each file is read back through the mount, byte for byte against the same save
-into memory, and its sha256 goes into S3GDS_TEST_WRITTEN for the Go side to
-check against the object straight from S3.
+into memory (or the model it came from), and its sha256 goes into
+S3GDS_TEST_WRITTEN for the Go side to check against the object straight from S3.
 """
 
-import hashlib
 import io
-import json
 import os
 
 import pytest
@@ -27,26 +25,6 @@ def tensors():
     }
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def record(written, path, key):
-    written[key] = sha256(path)
-
-
-@pytest.fixture(scope="module")
-def written(write_mount, write_manifest):
-    got = {}
-    yield got
-    with open(write_manifest, "w") as f:
-        json.dump(got, f)
-
-
 def test_torch_save(write_mount, written):
     t = tensors()
     path = os.path.join(write_mount, "torch", "model.pt")
@@ -62,7 +40,7 @@ def test_torch_save(write_mount, written):
         assert torch.equal(loaded[name], v), name
     assert os.path.getsize(path) == len(want.getvalue())
     assert "model.pt" in os.listdir(os.path.dirname(path))
-    record(written, path, "torch/model.pt")
+    written.record(path)
 
 
 def test_safetensors_save_file(write_mount, written):
@@ -77,7 +55,7 @@ def test_safetensors_save_file(write_mount, written):
     loaded = st.load_file(path)
     for name, v in t.items():
         assert torch.equal(loaded[name], v), name
-    record(written, path, "st/model.safetensors")
+    written.record(path)
 
 
 def test_distributed_checkpoint_file_system_writer(write_mount, written):
@@ -93,8 +71,17 @@ def test_distributed_checkpoint_file_system_writer(write_mount, written):
     dcp.load(back, storage_reader=dcp.FileSystemReader(path), no_dist=True)
     for name, v in t.items():
         assert torch.equal(back[name], v), name
+    # And through the read ioctl: s3gds's reader takes FileSystemWriter's files.
+    from s3gds.dcp import S3GDSStorageReader
+
+    back = {k: torch.empty_like(v) for k, v in t.items()}
+    reader = S3GDSStorageReader(path)
+    dcp.load(back, storage_reader=reader, no_dist=True)
+    for name, v in t.items():
+        assert torch.equal(back[name], v), name
+    assert reader.stats.ioctl_items == len(t)
     for n in names:
-        record(written, os.path.join(path, n), "dcp/step-1/" + n)
+        written.record(os.path.join(path, n))
 
 
 def test_refusals(write_mount):
@@ -112,3 +99,51 @@ def test_refusals(write_mount):
         assert f.read() == b"abc"
     os.remove(path)
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("shard", [None, "100KB"])
+def test_transformers_save_pretrained(write_mount, written, monkeypatch, shard):
+    # A tiny GPT-2 built from its config (nothing downloaded), saved through the
+    # mount whole and in shards with their index, and loaded back from it.
+    transformers = pytest.importorskip("transformers")
+    import s3gds
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(13)
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    path = os.path.join(write_mount, "hf", "gpt2-sharded" if shard else "gpt2")
+    if shard:
+        model.save_pretrained(path, max_shard_size=shard)
+    else:
+        model.save_pretrained(path)
+    names = sorted(os.listdir(path))
+    shards = [n for n in names if n.endswith(".safetensors")]
+    if shard:
+        assert len(shards) > 2 and "model.safetensors.index.json" in names, names
+    else:
+        assert shards == ["model.safetensors"], names
+    assert "config.json" in names and not any(n.endswith(".tmp") for n in names), names
+
+    want = model.state_dict()
+    back = transformers.GPT2LMHeadModel.from_pretrained(path).eval()
+    got = back.state_dict()
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        assert got[name].dtype == w.dtype and torch.equal(got[name], w), name
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(back(ids).logits, model(ids).logits)
+
+    # The files as safetensors and s3gds read them (the tied lm_head is saved once, as wte).
+    index = os.path.join(path, "model.safetensors.index.json")
+    files = {}
+    for n in shards:
+        files.update(st.load_file(os.path.join(path, n)))
+    loaded = s3gds.load_safetensors(index if shard else os.path.join(path, "model.safetensors"))
+    assert sorted(loaded) == sorted(files)
+    for name, t in files.items():
+        assert torch.equal(loaded[name], t) and torch.equal(t, want[name]), name
+    for n in names:
+        written.record(os.path.join(path, n))

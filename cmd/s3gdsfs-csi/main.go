@@ -98,9 +98,10 @@ func run(args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		s := <-sigs
-		// The daemons go on serving the pods that have them: a node
-		// plugin's restart (an upgrade) should not cut their reads.
-		log.Info("stopping the CSI server; the volumes' daemons keep running", "signal", s.String())
+		// The daemons are left serving the pods that have them until the
+		// container ends them (docs/kubernetes.md: drain a node before
+		// replacing its plugin).
+		log.Info("stopping the CSI server; the volumes' daemons are left to the container's end", "signal", s.String())
 		srv.GracefulStop()
 	}()
 	log.Info("serving CSI", "endpoint", *endpoint, "driver", *name, "node", *node, "controller", *controller, "version", version)

@@ -8,6 +8,12 @@ BIN        := bin/s3gdsfs
 STATIC_BIN := bin/s3gdsfs-static
 # The demo is a program of its own, so that s3gdsfs links no S3 server.
 DEMO_BIN        := bin/s3gdsfs-demo
+# The Kubernetes CSI driver, which runs bin/s3gdsfs per volume (docs/kubernetes.md).
+CSI_BIN         := bin/s3gdsfs-csi
+STATIC_CSI_BIN  := bin/s3gdsfs-csi-static
+# A module of its own (Helm and k8s.io/api stay out of go.mod): the chart
+# rendered by Helm's engine and decoded strictly into the API types.
+CHARTTEST_DIR   := deploy/charttest
 STATIC_DEMO_BIN := bin/s3gdsfs-demo-static
 BENCH_OUT  ?= out/bench
 
@@ -64,6 +70,7 @@ versitygw:
 
 build: build-demo
 	$(GO) build -ldflags='$(GO_LDFLAGS)' -o $(BIN) ./cmd/s3gdsfs
+	$(GO) build -ldflags='$(GO_LDFLAGS)' -o $(CSI_BIN) ./cmd/s3gdsfs-csi
 
 # build-demo: bin/s3gdsfs-demo, which make demo runs.
 build-demo:
@@ -173,6 +180,7 @@ uninstall:
 build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(GO_LDFLAGS)' -o $(STATIC_BIN) ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(STATIC_DEMO_BIN) ./cmd/s3gdsfs-demo
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(GO_LDFLAGS)' -o $(STATIC_CSI_BIN) ./cmd/s3gdsfs-csi
 
 # gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load and versitygw,
 # and the cuFile library, in .dev/gpu, for scripts/gpu/run.sh on a GPU machine that has no Go.
@@ -230,11 +238,15 @@ GOFUSE_RACE_SKIP := $(GOFUSE_SKIP)
 # package, a line as a slow one starts, and at the end the tests run,
 # skipped (by reason) and failed, and pytest's summary line (client/python's
 # suite runs among them, in the environment python-venv makes).
+# The chart's module (CHARTTEST_DIR) runs in the same stream, so that the
+# summary counts its tests too.
 test: deps go-fuse-check preload python-venv
 	$(GO) vet ./...
+	cd $(CHARTTEST_DIR) && $(GO) vet ./...
 	GOFUSE_SKIP='$(GOFUSE_SKIP)' scripts/go-fuse-patch.sh test
-	set -o pipefail; S3GDS_TEST_PYTHON='$(PY_VENV)/bin/python' \
-	  $(GO) test -json -count=1 -p 2 -timeout 40m ./... | scripts/test-summary.py
+	set -o pipefail; { S3GDS_TEST_PYTHON='$(PY_VENV)/bin/python' \
+	  $(GO) test -json -count=1 -p 2 -timeout 40m ./...; rc=$$?; \
+	  (cd $(CHARTTEST_DIR) && $(GO) test -json -count=1 ./...) || rc=1; exit $$rc; } | scripts/test-summary.py
 
 # test-python: client/python's pytest suite on a real mount (client/python/gotest
 # starts versitygw and a host stand-in daemon), in the virtual environment
@@ -256,6 +268,7 @@ test-python: deps python-venv
 # tests, whose timing bounds do not allow for its slowdown.
 test-race: deps go-fuse-check
 	$(GO) test -race -count=1 -p 2 -timeout 40m -skip 'Fault|Load' ./...
+	cd $(CHARTTEST_DIR) && $(GO) test -race -count=1 ./...
 	GOFUSE_SKIP='$(GOFUSE_RACE_SKIP)' GOFUSE_TEST_FLAGS=-race scripts/go-fuse-patch.sh test
 
 go-fuse-check:
@@ -281,6 +294,7 @@ bench-scaling: bench-deps
 
 fmt:
 	$(GO) fmt ./...
+	cd $(CHARTTEST_DIR) && $(GO) fmt ./...
 
 # Fails listing the files gofmt would change.
 fmt-check:
@@ -289,6 +303,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	cd $(CHARTTEST_DIR) && $(GO) vet ./...
 
 clean:
 	rm -rf bin out

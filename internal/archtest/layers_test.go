@@ -12,8 +12,9 @@ import (
 // of lower layers (tests aside), so a room never reaches up into one that
 // uses it. A new package gets its row here, with the layer its imports allow.
 var layers = [][]string{
-	// Leaves: contracts and helpers that import nothing of the module.
-	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest",
+	// Leaves: contracts and helpers that import nothing of the module (the
+	// CSI driver runs the command as a program, importing none of it).
+	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest", "csi",
 		"cufile-preload", "client/python/gotest", "integration"},
 	// Clients of the ABI, the counters, the memory rooms' contract, and the
 	// GPU reads' scheduler.
@@ -36,7 +37,7 @@ var layers = [][]string{
 	// What the command and the demo do alike over it.
 	{"internal/cli"},
 	// What runs a mount: the command, the demo, the test mount, the benchmark.
-	{"cmd/s3gdsfs", "cmd/s3gdsfs-demo", "internal/mounttest", "bench"},
+	{"cmd/s3gdsfs", "cmd/s3gdsfs-demo", "cmd/s3gdsfs-csi", "internal/mounttest", "bench"},
 }
 
 // TestEveryPackageImportsOnlyLowerLayers fails when a package of the

@@ -56,3 +56,20 @@ func RunProgram(t testing.TB, bin string, env []string, args ...string) Run {
 	}
 	return Run{code, stdout.String(), stderr.String()}
 }
+
+// BuildPackage builds the main package pkg (an import path, or a
+// directory relative to the current one) as name in a directory of its
+// own; remove the directory (filepath.Dir of the path) once the tests
+// have run.
+func BuildPackage(name, pkg string) (string, error) {
+	dir, err := os.MkdirTemp("", name+"-bin-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", errors.New(string(out) + err.Error())
+	}
+	return path, nil
+}

@@ -14,6 +14,11 @@ type Caps struct {
 type CapsDevice struct {
 	Ordinal int    `json:"ordinal"`
 	Name    string `json:"name"`
+	// PCIBusID is the device's PCI address ("0000:1B:00.0"), by which a
+	// process that numbers its devices otherwise (CUDA_VISIBLE_DEVICES, a
+	// container given some of the GPUs) finds the daemon's ordinal for
+	// its own; absent for the host stand-in.
+	PCIBusID string `json:"pci_bus_id,omitempty"`
 }
 
 // CapsRDMA says how RDMA tokens are minted and which fabric carries the writes.

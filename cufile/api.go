@@ -17,6 +17,12 @@ type DeviceInfo struct {
 	Ordinal  int
 	Name     string
 	TotalMem uint64 // bytes
+	// PCIBusID is the device's PCI address as the driver gives it
+	// (cuDeviceGetPCIBusId, "0000:1B:00.0"); "" where there is none (the
+	// host stand-in). Ordinals are the daemon's: a process whose
+	// CUDA_VISIBLE_DEVICES (or container) shows it fewer devices numbers
+	// them otherwise, and finds its own by this address.
+	PCIBusID string
 }
 
 // Sentinel errors; every error this package returns for these conditions

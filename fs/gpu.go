@@ -131,7 +131,7 @@ func (m *mount) caps() []byte {
 			// The host stand-in has a device but no CUDA behind it.
 			c.CUDAAvailable = c.CUDABackend != abi.CUDABackendHostStandin
 			for _, d := range devs {
-				c.Devices = append(c.Devices, abi.CapsDevice{Ordinal: d.Ordinal, Name: d.Name})
+				c.Devices = append(c.Devices, abi.CapsDevice{Ordinal: d.Ordinal, Name: d.Name, PCIBusID: d.PCIBusID})
 			}
 		}
 	}

@@ -188,6 +188,8 @@ typedef CUresult (*fn_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 typedef CUresult (*fn_cuPointerGetAttribute)(void *, int, CUdeviceptr);
 typedef CUresult (*fn_cuPointerGetAttributes)(unsigned, int *, void **, CUdeviceptr);
 typedef CUresult (*fn_cuStreamSynchronize)(CUstream);
+typedef CUresult (*fn_cuDeviceGet)(int *, int);
+typedef CUresult (*fn_cuDeviceGetPCIBusId)(char *, int, int);
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 static struct {
@@ -196,6 +198,8 @@ static struct {
 	fn_cuPointerGetAttribute attr;
 	fn_cuPointerGetAttributes attrs;
 	fn_cuStreamSynchronize sync;
+	fn_cuDeviceGet device_get;             /* with pci_bus_id: this process's devices by PCI address */
+	fn_cuDeviceGetPCIBusId pci_bus_id;
 	char why[256];
 } cuda;
 static int warned_no_cuda;
@@ -216,6 +220,8 @@ static void cuda_init(void)
 	cuda.attr = (fn_cuPointerGetAttribute)dlsym(h, "cuPointerGetAttribute");
 	cuda.attrs = (fn_cuPointerGetAttributes)dlsym(h, "cuPointerGetAttributes");
 	cuda.sync = (fn_cuStreamSynchronize)dlsym(h, "cuStreamSynchronize");
+	cuda.device_get = (fn_cuDeviceGet)dlsym(h, "cuDeviceGet");
+	cuda.pci_bus_id = (fn_cuDeviceGetPCIBusId)dlsym(h, "cuDeviceGetPCIBusId");
 	if (!cuda.range || !cuda.ipc) {
 		snprintf(cuda.why, sizeof(cuda.why), "%s lacks cuMemGetAddressRange_v2 or cuIpcGetMemHandle", path);
 		cuda.range = NULL;
@@ -432,11 +438,27 @@ struct write_order {
 	long long end;           /* where the latest of them ended; -1 before any */
 };
 
+/* The daemon's devices by PCI address (caps' pci_bus_id): a process whose
+ * CUDA_VISIBLE_DEVICES, or container, shows it some of the GPUs numbers
+ * them from 0, the daemon numbers all of them, so requests name the
+ * daemon's ordinal of the process's device (daemon_device). */
+#define MAX_DEVICES 64
+struct pci_address {
+	unsigned domain, bus, device;
+};
+struct device_map {
+	int n; /* devices with an address; 0: ordinals are taken as they are */
+	int ordinal[MAX_DEVICES];
+	struct pci_address pci[MAX_DEVICES];
+	int local[MAX_DEVICES]; /* this process's ordinal -> the daemon's; -1 not looked up, -2 none */
+};
+
 struct handle {
 	struct handle *next;
 	int ours;       /* on an s3gdsfs mount: reads and writes go through the ioctls */
 	int fd;
 	uint32_t flags; /* S3GDS_F_HOST_BUFFER for a host stand-in daemon */
+	struct device_map devs; /* ours only */
 	CUfileDescr_t descr;
 	CUfileHandle_t real; /* NVIDIA's handle, when registered there */
 	int real_registered;
@@ -503,7 +525,77 @@ static int json_string(const char *json, const char *key, char *out, size_t outl
 
 /* on_mount says whether fd is a file of an s3gdsfs mount whose daemon can
  * write into device memory, and which flags its reads need. */
-static int on_mount(int fd, uint32_t *flags, char *why, size_t whylen)
+static int parse_pci(const char *text, struct pci_address *out)
+{
+	return sscanf(text, "%x:%x:%x", &out->domain, &out->bus, &out->device) == 3;
+}
+
+/* parse_devices fills m from caps' "devices": each object's ordinal and
+ * pci_bus_id (absent for the host stand-in). */
+static void parse_devices(const char *caps, struct device_map *m)
+{
+	memset(m, 0, sizeof(*m));
+	for (int i = 0; i < MAX_DEVICES; i++)
+		m->local[i] = -1;
+	const char *p = strstr(caps, "\"devices\"");
+	const char *end = p ? strchr(p, ']') : NULL;
+	while (p && end && m->n < MAX_DEVICES) {
+		const char *open = strchr(p, '{');
+		if (!open || open > end)
+			break;
+		const char *close = strchr(open, '}');
+		if (!close || close > end)
+			break;
+		char obj[512], v[64];
+		size_t len = (size_t)(close - open + 1);
+		if (len < sizeof(obj)) {
+			memcpy(obj, open, len);
+			obj[len] = 0;
+			struct pci_address a;
+			if (json_string(obj, "pci_bus_id", v, sizeof(v)) && parse_pci(v, &a) &&
+			    json_string(obj, "ordinal", v, sizeof(v))) {
+				m->ordinal[m->n] = (int)strtol(v, NULL, 10);
+				m->pci[m->n] = a;
+				m->n++;
+			}
+		}
+		p = close + 1;
+	}
+}
+
+/* daemon_device is the daemon's ordinal of this process's device local
+ * (its PCI address in the daemon's list), local itself where neither side
+ * names addresses, or -1 (errno ENODEV) where the daemon does not see it. */
+static int daemon_device(struct handle *h, int local)
+{
+	struct device_map *m = &h->devs;
+	if (m->n == 0 || local < 0 || local >= MAX_DEVICES)
+		return local;
+	int got = __atomic_load_n(&m->local[local], __ATOMIC_ACQUIRE);
+	if (got == -1) {
+		got = local;
+		int dev;
+		char bus[32];
+		struct pci_address a;
+		if (cuda.device_get && cuda.pci_bus_id && cuda.device_get(&dev, local) == CUDA_SUCCESS &&
+		    cuda.pci_bus_id(bus, sizeof(bus), dev) == CUDA_SUCCESS && parse_pci(bus, &a)) {
+			got = -2;
+			for (int i = 0; i < m->n; i++)
+				if (m->pci[i].domain == a.domain && m->pci[i].bus == a.bus && m->pci[i].device == a.device)
+					got = m->ordinal[i];
+			if (got == -2)
+				dbg("device %d (PCI %s) is not one the daemon sees", local, bus);
+		}
+		__atomic_store_n(&m->local[local], got, __ATOMIC_RELEASE);
+	}
+	if (got == -2) {
+		errno = ENODEV;
+		return -1;
+	}
+	return got;
+}
+
+static int on_mount(int fd, uint32_t *flags, struct device_map *devs, char *why, size_t whylen)
 {
 	const char *off = getenv("S3GDSFS_CUFILE_DISABLE");
 	if (off && *off && strcmp(off, "0") != 0) {
@@ -537,10 +629,12 @@ static int on_mount(int fd, uint32_t *flags, char *why, size_t whylen)
 	}
 	if (strcmp(v, "cuda") == 0) {
 		*flags = 0;
+		parse_devices(caps, devs);
 		return 1;
 	}
 	if (strcmp(v, "host-standin") == 0) {
 		*flags = S3GDS_F_HOST_BUFFER;
+		parse_devices(caps, devs);
 		return 1;
 	}
 	snprintf(why, whylen, "s3gdsfs daemon without CUDA (cuda_backend %s)", v);
@@ -583,7 +677,7 @@ EXPORT CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *des
 	h->fd = descr->type == CU_FILE_HANDLE_TYPE_OPAQUE_FD ? descr->handle.fd : -1;
 	char why[256] = "not an fd handle";
 	if (descr->type == CU_FILE_HANDLE_TYPE_OPAQUE_FD && !descr->fs_ops &&
-	    on_mount(h->fd, &h->flags, why, sizeof(why)))
+	    on_mount(h->fd, &h->flags, &h->devs, why, sizeof(why)))
 		h->ours = 1;
 	if (h->ours) {
 		pthread_mutex_lock(&mu);
@@ -765,7 +859,10 @@ static int io_ioctl(struct handle *h, enum op op, const struct alloc *a, CUdevic
 {
 	s3gds_read_init(req);
 	req->flags = h->flags;
-	req->device = a->device;
+	int device = daemon_device(h, a->device);
+	if (device < 0)
+		return -1;
+	req->device = device;
 	req->offset = (uint64_t)off;
 	req->length = size;
 	req->dst_offset = ptr - a->base;

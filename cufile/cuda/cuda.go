@@ -70,6 +70,7 @@ type driver struct {
 	cuDeviceGet              func(dev *int32, ordinal int32) int32
 	cuDeviceGetName          func(name *byte, size int32, dev int32) int32
 	cuDeviceTotalMem         func(bytes *uint64, dev int32) int32
+	cuDeviceGetPCIBusId      func(id *byte, size int32, dev int32) int32
 	cuDevicePrimaryCtxRetain func(ctx *uintptr, dev int32) int32
 	cuCtxSetCurrent          func(ctx uintptr) int32
 	cuIpcOpenMemHandle       func(dptr *uint64, h cuIpcMemHandle, flags uint32) int32
@@ -113,6 +114,7 @@ func (d *driver) symbols() []struct {
 		{"cuDeviceGet", &d.cuDeviceGet},
 		{"cuDeviceGetName", &d.cuDeviceGetName},
 		{"cuDeviceTotalMem_v2", &d.cuDeviceTotalMem},
+		{"cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId},
 		{"cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain},
 		{"cuCtxSetCurrent", &d.cuCtxSetCurrent},
 		{"cuIpcOpenMemHandle_v2", &d.cuIpcOpenMemHandle},
@@ -251,7 +253,14 @@ func (b *cudaBackend) enumerate() error {
 		if r := d.cuDeviceTotalMem(&total, dev.handle); r != cudaSuccess {
 			return d.fail("cuDeviceTotalMem_v2", r, nil)
 		}
-		dev.info = cufile.DeviceInfo{Ordinal: int(i), Name: unix.ByteSliceToString(name[:]), TotalMem: total}
+		// The PCI address names the device whatever a process's
+		// CUDA_VISIBLE_DEVICES makes of the ordinals (cufile.DeviceInfo).
+		var bus [32]byte
+		if r := d.cuDeviceGetPCIBusId(&bus[0], int32(len(bus)), dev.handle); r != cudaSuccess {
+			return d.fail("cuDeviceGetPCIBusId", r, nil)
+		}
+		dev.info = cufile.DeviceInfo{Ordinal: int(i), Name: unix.ByteSliceToString(name[:]), TotalMem: total,
+			PCIBusID: unix.ByteSliceToString(bus[:])}
 		b.devices = append(b.devices, dev)
 	}
 	return nil

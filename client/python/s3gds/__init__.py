@@ -129,6 +129,7 @@ def read_into(dst: Any, path: Union[str, "os.PathLike[str]"], offset: int = 0,
         from ._cuda import cuda_destination
 
         device, ipc_handle, base_offset, capacity, synchronize = cuda_destination(dst)
+        device = _daemon_device(device, path, fd)
 
     if dst_offset > capacity:
         raise ValueError(f"dst_offset {dst_offset} lies past dst's {capacity} bytes")
@@ -163,6 +164,25 @@ def read_into(dst: Any, path: Union[str, "os.PathLike[str]"], offset: int = 0,
         rdma_bytes=rdma_bytes,
         http_bytes=http_bytes,
     )
+
+
+# (st_dev of the mount, this process's CUDA ordinal) -> the daemon's ordinal
+_daemon_devices: dict = {}
+
+
+def _daemon_device(index: int, path: Any, fd: Optional[int]) -> int:
+    """The daemon's ordinal of this process's cuda:index, for the mount of path or fd
+    (_cuda.daemon_ordinal), looked up once per mount and device."""
+    st_dev = os.fstat(fd).st_dev if fd is not None else os.stat(path).st_dev
+    key = (st_dev, index)
+    got = _daemon_devices.get(key)
+    if got is None:
+        from ._cuda import daemon_ordinal
+        from ._landing import mount_caps
+
+        caps = mount_caps(f"/proc/self/fd/{fd}" if fd is not None else os.fspath(path)) or {}
+        got = _daemon_devices[key] = daemon_ordinal(index, caps.get("devices"))
+    return got
 
 
 def _ioctl(fd, req, path, cmd=_abi.IOC_READ, name="S3GDS_IOC_READ", hints=_ERRNO_HINTS):
@@ -224,7 +244,7 @@ def write_from(src: Any, path_or_fd: Union[str, "os.PathLike[str]", int], length
         raise ValueError(f"src_offset {src_offset} is negative")
     if offset is not None and offset < 0:
         raise ValueError(f"offset {offset} is negative")
-    flags = 0
+    flags, cuda_src = 0, False
     if isinstance(src, HostBuffer):
         if src.closed:
             raise ValueError("src is a closed HostBuffer")
@@ -234,6 +254,7 @@ def write_from(src: Any, path_or_fd: Union[str, "os.PathLike[str]", int], length
         from ._cuda import cuda_destination
 
         device, ipc_handle, base_offset, capacity, synchronize = cuda_destination(src)
+        cuda_src = True
     if src_offset > capacity:
         raise ValueError(f"src_offset {src_offset} lies past src's {capacity} bytes")
     capacity -= src_offset
@@ -256,6 +277,8 @@ def write_from(src: Any, path_or_fd: Union[str, "os.PathLike[str]", int], length
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     done, seconds = 0, 0.0
     try:
+        if cuda_src:
+            device = _daemon_device(device, None, fd)
         while True:
             req = _abi.pack_request(flags=flags, device=device, offset=offset + done, length=length - done,
                                     dst_offset=base_offset + src_offset + done, ipc_handle=ipc_handle)

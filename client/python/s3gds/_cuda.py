@@ -14,6 +14,7 @@ counter itself (otherwise the block would never return to the allocator) and
 shares each storage once, reusing the answer while the storage lives.
 """
 
+import errno
 import threading
 import warnings
 from collections import namedtuple
@@ -126,3 +127,42 @@ def _weak_ref(storage):
     except ImportError:
         return None
     return StorageWeakRef(storage)
+
+
+def parse_pci_bus_id(text):
+    """(domain, bus, device) of a PCI address as CUDA spells it ("0000:1B:00.0"), or None."""
+    try:
+        domain, bus, rest = text.split(":")
+        device = rest.split(".")[0]
+        return int(domain, 16), int(bus, 16), int(device, 16)
+    except (AttributeError, ValueError):
+        return None
+
+
+def daemon_ordinal(index, caps_devices, local_pci=None):
+    """The daemon's ordinal of this process's ``cuda:index``.
+
+    A process numbers the GPUs it sees from 0 (CUDA_VISIBLE_DEVICES, or a container given
+    some of the node's GPUs), the daemon numbers all of them: the two are matched by PCI
+    address (caps' ``pci_bus_id``). Without addresses on either side (the host stand-in, a
+    daemon that lists none) the ordinal is taken as it is. ``local_pci`` is this process's
+    (domain, bus, device) for the device; by default torch's properties of it.
+    """
+    addressed = [(parse_pci_bus_id(d.get("pci_bus_id")), d.get("ordinal")) for d in caps_devices or ()]
+    addressed = [(pci, ordinal) for pci, ordinal in addressed if pci is not None]
+    if not addressed:
+        return index
+    if local_pci is None:
+        import torch
+
+        props = torch.cuda.get_device_properties(index)
+        if not hasattr(props, "pci_bus_id"):
+            return index
+        local_pci = (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+    for pci, ordinal in addressed:
+        if pci == tuple(local_pci):
+            return ordinal
+    seen = ", ".join(f"{o}: {d:04x}:{b:02x}:{v:02x}" for (d, b, v), o in addressed)
+    raise OSError(errno.ENODEV, f"cuda:{index} (PCI {local_pci[0]:04x}:{local_pci[1]:02x}:{local_pci[2]:02x}) "
+                  f"is not a device the s3gdsfs daemon sees ({seen}): the daemon must see every GPU its "
+                  "callers use (docs/ioctl.md, 'Devices')")

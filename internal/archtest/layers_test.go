@@ -13,8 +13,9 @@ import (
 // uses it. A new package gets its row here, with the layer its imports allow.
 var layers = [][]string{
 	// Leaves: contracts and helpers that import nothing of the module (the
-	// CSI driver runs the command as a program, importing none of it).
-	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest", "csi",
+	// CSI driver runs the command as a program, importing none of it; the
+	// FUSE ceiling benchmark is go-fuse alone).
+	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest", "csi", "bench/fuseread",
 		"cufile-preload", "client/python/gotest", "integration"},
 	// Clients of the ABI, the counters, the memory rooms' contract, and the
 	// GPU reads' scheduler.

@@ -6,7 +6,10 @@
 #   one thread of GPU-read ioctls in order (4 and 64 MiB), s3gds.load_safetensors.
 # VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
 # commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
-# (--pprof), written to $OUT/NAME.pprof. Writes loaders.jsonl under $OUT.
+# (--pprof), written to $OUT/NAME.pprof. The FUSE ceiling first: the same preads of a file of
+# FUSEREAD_GIB GiB that bench/fuseread serves from memory. Writes loaders.jsonl under $OUT, and
+# where.txt: for the preads and load_file of each variant, the daemon's mean time per FUSE read
+# (handler_ms: until its bytes were found; reply_ms: until the reply was written) and per GET.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-loaders}
 GB=${GB:-8}
@@ -27,6 +30,35 @@ python3 scripts/gpu/ml_bench.py gen --out $CKPT --gb "$GB"
 python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket(Bucket="bench")' 2>/dev/null || true
 python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
 P=$MP/ckpt.safetensors
+# counters LABEL: the daemon's counters of FUSE reads and GETs (the metrics' text) to $OUT/counters/LABEL.
+counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total)' > "$OUT/counters/$1" || true; }
+# delta A B: what the counters moved between two snapshots, where the time of a FUSE read went.
+delta() {
+  python3 - "$OUT/counters/$1" "$OUT/counters/$2" "$2" <<'PY' | tee -a "$OUT/where.txt"
+import sys
+def load(p):
+    d = {}
+    for line in open(p):
+        k, _, v = line.rpartition(" ")
+        try: d[k] = float(v)
+        except ValueError: pass
+    return d
+a, b = load(sys.argv[1]), load(sys.argv[2])
+m = {k: b[k] - a.get(k, 0) for k in b if b[k] != a.get(k, 0)}
+g = lambda k: m.get(k, 0.0)
+n = g("s3gdsfs_fuse_read_replies_total")
+out = {"label": sys.argv[3], "fuse_replies": n}
+if n:
+    out["reply_ms"] = round(1e3 * g("s3gdsfs_fuse_read_reply_seconds_total") / n, 3)
+    out["handler_ms"] = round(1e3 * g("s3gdsfs_posix_read_seconds_sum") / max(g("s3gdsfs_posix_read_seconds_count"), 1), 3)
+gets = sum(v for k, v in m.items() if k.startswith('s3gdsfs_s3_request_seconds_count{op="get"'))
+if gets:
+    out["gets"] = gets
+    out["get_ms"] = round(1e3 * sum(v for k, v in m.items() if k.startswith('s3gdsfs_s3_request_seconds_sum{op="get"')) / gets, 3)
+out["received_gb"] = round(g("s3gdsfs_s3_received_bytes_total") / 1e9, 3)
+print(out)
+PY
+}
 run() { local label=$1; shift; echo "-- $label $*"; python3 scripts/gpu/models.py "$@" --variant "$label" | tee -a "$J" || echo "{\"kind\":\"failed\",\"label\":\"$label\"}" | tee -a "$J"; }
 bound() {
   "$BIN/s3load" get --endpoint $EP --bucket bench --keys ckpt.safetensors --part $((64 << 20)) --workers 16 \
@@ -37,6 +69,19 @@ echo "== references"
 bound bound-first
 run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
 run tmpfs loadfile --path $CKPT --local $CKPT
+# The FUSE ceiling: the same preads of a file go-fuse serves from memory (bench/fuseread), with
+# 1 MiB and 4 MiB requests: what any FUSE filesystem reaches on this machine.
+FR=/mnt/fuseread; mkdir -p $FR
+OLD_PAGES=$(cat /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || echo 256)
+echo 1024 > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
+for mr in 1 4; do
+  "$BIN/fuseread" --size $(( ${FUSEREAD_GIB:-4} << 30 )) --max-read $((mr << 20)) $FR 2> "$OUT/fuseread.log" &
+  FRPID=$!
+  for _ in $(seq 100); do [ -e $FR/f ] && break; sleep 0.1; done
+  run "fuse-ceiling-${mr}m" preads --path $FR/f --local pattern --threads "$THREADS" --chunk-mib "$CHUNK"
+  kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
+done
+echo "$OLD_PAGES" > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
 for v in $VARIANTS; do
   name=${v%%=*}; rest=${v#*=}; build=${rest%%:*}; flags=${rest#*:}; flags=${flags//,/ }
   echo "== $name: $build $flags"
@@ -45,8 +90,11 @@ for v in $VARIANTS; do
   S3GDSFS=$BIN/$build mount_s3gdsfs "$name.log" $prof $flags
   [ -n "$prof" ] && { curl -s -o "$OUT/$name.pprof" "http://127.0.0.1:9737/debug/pprof/profile?seconds=${PROFILE_SECS:-40}" & PROF_PID=$!; }
   run "$name" load --path $P --local $CKPT
+  counters "$name-0"
   drop_page_cache; run "$name" preads --path $P --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+  counters "$name-preads"; delta "$name-0" "$name-preads"
   drop_page_cache; run "$name" loadfile --path $P --local $CKPT
+  counters "$name-loadfile"; delta "$name-preads" "$name-loadfile"
   for c in 4 64; do run "$name" ioctl --path $P --local $CKPT --chunk-mib $c; done
   [ -n "$prof" ] && wait $PROF_PID || true
   unmount_s3gdsfs | sed "s/^/$name /" | tee -a "$OUT/daemon_memory.txt"

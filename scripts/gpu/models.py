@@ -22,8 +22,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 
+def local_size(a):
+    """The size of the local copy, or of the file itself where --local is "pattern" (fuseread's file)."""
+    return os.path.getsize(a.path if a.local == "pattern" else a.local)
+
+
+def host_ref(a, n):
+    """The local copy's bytes in host memory; for "pattern", byte i is i*7 mod 256 (bench/fuseread)."""
+    import torch
+    if a.local == "pattern":
+        return ((torch.arange(n, dtype=torch.int64) * 7) & 255).to(torch.uint8)
+    return torch.from_file(a.local, size=n, dtype=torch.uint8)
+
+
 def emit(kind, a, secs, ok, **extra):
-    n = os.path.getsize(a.local)
+    n = local_size(a)
     rec = {"kind": a.label or kind, "path": a.path, "bytes": n, "seconds": round(secs, 4),
            "gbps": round(n / secs / 1e9, 3), "same": ok, **extra}
     if a.variant:
@@ -58,7 +71,7 @@ def ioctl(a):
 
 def preads(a):
     import torch
-    n = os.path.getsize(a.local)
+    n = local_size(a)
     buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
     mv = memoryview(buf.numpy())
     chunk = a.chunk_mib << 20
@@ -90,7 +103,7 @@ def preads(a):
         t.join()
     secs = time.perf_counter() - t0
     os.close(fd)
-    ref = torch.from_file(a.local, size=n, dtype=torch.uint8)
+    ref = host_ref(a, n)
     emit("preads", a, secs, not errors and bool(torch.equal(buf, ref)), threads=a.threads, chunk_mib=a.chunk_mib,
          errors=errors[:3])
 
@@ -163,7 +176,7 @@ def main():
     for name in cmds:
         p = sub.add_parser(name)
         p.add_argument("--path", required=True)
-        p.add_argument("--local", required=True)
+        p.add_argument("--local", required=True, help='the local copy to compare with; "pattern": bench/fuseread\'s bytes (preads only)')
         p.add_argument("--chunk-mib", type=int, default=4)
         p.add_argument("--threads", type=int, default=16)
         p.add_argument("--label", help="the name the figure is printed under (default: the command's)")

@@ -1,0 +1,93 @@
+// fuseread is the ceiling of a FUSE mount for readers, with no S3 behind it: one file, f, of
+// --size bytes held in memory and served with direct I/O by go-fuse as s3gdsfs's replies are
+// (one writev from memory, or with --mode splice spliced from a memfd holding the same bytes),
+// with requests of up to --max-read bytes. Whatever readers reach through it is the most they
+// can reach through any FUSE filesystem on that machine (docs/benchmarks.md); its byte at
+// offset i is byte(i*7).
+//
+//	fuseread [--size BYTES] [--max-read BYTES] [--mode writev|splice] MOUNTPOINT
+//
+// It serves until SIGINT or SIGTERM. Above 1 MiB, --max-read needs fs.fuse.max_pages_limit
+// raised (as root: sysctl fs.fuse.max_pages_limit=N pages).
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+var (
+	data  []byte
+	memfd int
+	mode  string
+)
+
+type root struct{ fs.Inode }
+
+func (r *root) OnAdd(ctx context.Context) {
+	ch := r.NewPersistentInode(ctx, &file{}, fs.StableAttr{Mode: syscall.S_IFREG})
+	r.AddChild("f", ch, false)
+}
+
+type file struct{ fs.Inode }
+
+func (f *file) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = 0o444
+	out.Size = uint64(len(data))
+	return 0
+}
+
+func (f *file) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (f *file) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	end := min(off+int64(len(dest)), int64(len(data)))
+	if off >= end {
+		return fuse.ReadResultData(nil), 0
+	}
+	if mode == "splice" {
+		return fuse.ReadResultFd(uintptr(memfd), off, int(end-off)), 0
+	}
+	return fuse.ReadResultData(data[off:end]), 0
+}
+
+func main() {
+	size := flag.Int64("size", 512<<20, "")
+	flag.StringVar(&mode, "mode", "writev", "writev or splice")
+	maxRead := flag.Int("max-read", 1<<20, "")
+	flag.Parse()
+	if flag.NArg() != 1 || *size <= 0 || (mode != "writev" && mode != "splice") {
+		log.Fatal("usage: fuseread [--size BYTES] [--max-read BYTES] [--mode writev|splice] MOUNTPOINT")
+	}
+	data = make([]byte, *size)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var err error
+	memfd, err = unix.MemfdCreate("blocks", 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := unix.Pwrite(memfd, data, 0); err != nil {
+		log.Fatal(err)
+	}
+	opts := &fs.Options{MountOptions: fuse.MountOptions{MaxWrite: *maxRead, MaxReadAhead: *maxRead, DirectMount: true, MaxBackground: 64}}
+	srv, err := fs.Mount(flag.Arg(0), &root{}, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("serving %s/f: %d bytes, replies by %s, reads of up to %d bytes", flag.Arg(0), *size, mode, *maxRead)
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() { <-c; srv.Unmount() }()
+	srv.Wait()
+}

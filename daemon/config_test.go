@@ -27,6 +27,8 @@ func TestValidateNamesTheSettingByItsPath(t *testing.T) {
 		{func(c *Config) { c.GPU.Staging.Slots = 0 }, "GPU.Staging.Slots 0: "},
 		{func(c *Config) { c.GPU.Streams = 0 }, "GPU.Streams 0: "},
 		{func(c *Config) { c.FS.PollRequests = -time.Second }, "FS.PollRequests -1s: "},
+		{func(c *Config) { c.FS.MaxRead = 32 << 20 }, "FS.MaxRead 32MiB: a multiple of 4KiB from 128KiB to 16MiB"},
+		{func(c *Config) { c.FS.MaxRead = 1<<20 + 1 }, "FS.MaxRead "},
 		{func(c *Config) { c.GPU.Mode, c.GPU.RDMA = "off", "loopback" }, "GPU.RDMA loopback: needs GPU reads"},
 		{func(c *Config) { c.Splice = "" }, `Splice "": `},
 		{func(c *Config) { c.S3.Endpoint = "" }, "S3.Endpoint"},

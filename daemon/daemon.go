@@ -126,6 +126,14 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	)
 	d.failures = newFailureLog(cfg.Log)
 	store := metered(logFailures(base, d.failures), d.Metrics)
+	maxRead, raisedFrom, cut := fuseMaxRead(cfg.FS.MaxRead)
+	switch {
+	case raisedFrom != "":
+		cfg.Log.Info("raised fs.fuse.max_pages_limit so that FUSE reads reach --fuse-max-read", "was_pages", raisedFrom, "max_read", maxRead)
+	case cut != "":
+		cfg.Log.Info("FUSE reads smaller than --fuse-max-read", "max_read", maxRead, "why", cut)
+	}
+	cfg.FS.MaxRead = maxRead
 	spliceOn, spliceWhyNot, err := resolveSplice(cfg, base)
 	if err != nil {
 		return nil, err
@@ -271,7 +279,7 @@ func resolveSplice(cfg Config, store objstore.Store) (on bool, whyNot string, er
 		// A store handed in (WithStore) that hands no GET over as its socket.
 		whyNot = fmt.Sprintf("the store (%T) cannot hand over GET bodies as sockets", store)
 	default:
-		if err := s3fs.SpliceUsable(); err != nil {
+		if err := s3fs.SpliceUsable(cfg.FS.MaxRead); err != nil {
 			whyNot = err.Error()
 		}
 	}

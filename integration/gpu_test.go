@@ -360,6 +360,10 @@ func TestMain(m *testing.M) {
 // started again after raising it.
 const pipeLimitWasEnv = "S3GDSFS_TEST_PIPE_MAX_SIZE_WAS"
 
+// testMaxFuseRead is the largest FUSE read the tests mount with
+// (TestLargeFuseReads): the pipes must hold its spliced replies.
+const testMaxFuseRead = 4 << 20
+
 // raisePipeLimitForSplice lets the splice tests splice: as root it raises
 // fs.pipe-max-size where it is too small and starts the test binary again
 // (go-fuse reads the limit once, when a program starts), and returns what
@@ -367,7 +371,7 @@ const pipeLimitWasEnv = "S3GDSFS_TEST_PIPE_MAX_SIZE_WAS"
 func raisePipeLimitForSplice() (restore func()) {
 	was := os.Getenv(pipeLimitWasEnv)
 	if was == "" {
-		raised, err := daemon.RaisePipeLimit()
+		raised, err := daemon.RaisePipeLimit(testMaxFuseRead)
 		if err != nil || raised == "" {
 			return func() {}
 		}

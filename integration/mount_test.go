@@ -312,7 +312,7 @@ func TestObjectReplacedDuringReadFailsThenNewOpenSeesNewVersion(t *testing.T) {
 func objectReplacedDuringRead(t *testing.T, mode string) {
 	streams := mode != "ranged"
 	if mode == "splice" {
-		requireSplice(t)
+		requireSplice(t, 1<<20)
 	}
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")

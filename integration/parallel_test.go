@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/objstore"
@@ -32,7 +33,10 @@ func TestParallelPreadsOfOneFileAreFedAhead(t *testing.T) {
 	const size, chunk, threads = 512 << 20, 32 << 20, 16
 	sum := srv.PutRandomObject(t, "data", "big.bin", size, 81)
 	gets := &rangeLog{}
-	mp, d := mountOf(t, srv, "data", nil, mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
+	// 1 MiB FUSE requests: each pread a run of many reads, as the test's
+	// counts assume (with 4 MiB requests the runs are a quarter as long).
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.MaxRead = 1 << 20 },
+		mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
 	f, err := os.Open(filepath.Join(mp, "big.bin"))
 	if err != nil {
 		t.Fatal(err)

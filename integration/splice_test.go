@@ -28,7 +28,7 @@ import (
 // direct-I/O opens of every size.
 func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*daemon.Config), parts ...mounttest.Part) (string, *daemon.Daemon) {
 	t.Helper()
-	requireSplice(t)
+	requireSplice(t, s3fs.DefaultMaxRead)
 	return mountOf(t, srv, bucket, func(c *daemon.Config) {
 		c.Splice = "always"
 		c.Core.DirectIO = vfs.DirectIOAlways
@@ -38,12 +38,12 @@ func spliceMount(t *testing.T, srv *testenv.Server, bucket string, tune func(*da
 	}, parts...)
 }
 
-// requireSplice skips the test where replies cannot be spliced: TestMain
-// raises fs.pipe-max-size as root, so that is a machine where the tests do
-// not run as root.
-func requireSplice(t *testing.T) {
+// requireSplice skips the test where replies to FUSE reads of up to
+// maxRead bytes cannot be spliced: TestMain raises fs.pipe-max-size as
+// root, so that is a machine where the tests do not run as root.
+func requireSplice(t *testing.T, maxRead int) {
 	t.Helper()
-	if err := s3fs.SpliceUsable(); err != nil {
+	if err := s3fs.SpliceUsable(maxRead); err != nil {
 		t.Skipf("replies cannot be spliced here: %v", err)
 	}
 }

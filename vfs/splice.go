@@ -565,10 +565,10 @@ func (s *splicer) close() {
 	s.give(feed)
 }
 
-// ReplyPipeSize is what a pipe must hold for splicing: one reply of up to
-// 1 MiB (the kernel's largest read) and go-fuse's header before it
-// (replyPipeSize(1 MiB)).
-const ReplyPipeSize = 2 << 20
+// ReplyPipeSize is what a pipe must hold for splicing replies to reads of
+// up to maxRead bytes (the mount's largest FUSE read): one reply and
+// go-fuse's header before it.
+func ReplyPipeSize(maxRead int) int { return replyPipeSize(maxRead) }
 
 // newReplyPipe makes the pipe one spliced handle's replies pass through,
 // non-blocking (a full pipe must not stall the socket's reader); each
@@ -583,25 +583,28 @@ func newReplyPipe() (pr, pw int, err error) {
 
 // WantPipeMaxSize is what fs.pipe-max-size, the sysctl that bounds the
 // pipes of a process without CAP_SYS_RESOURCE (1 MiB by default), should be
-// for splicing: twice what a reply needs (daemon.RaisePipeLimit).
-const WantPipeMaxSize = 2 * ReplyPipeSize
+// for splicing replies to reads of up to maxRead bytes: twice what a reply
+// needs (daemon.RaisePipeLimit).
+func WantPipeMaxSize(maxRead int) int { return 2 * ReplyPipeSize(maxRead) }
 
 // SpliceUsable says whether the kernel lets this process make the pipes
-// splicing needs: one of ReplyPipeSize, above the default fs.pipe-max-size
-// unless the process has CAP_SYS_RESOURCE.
-func SpliceUsable() error {
+// splicing replies to reads of up to maxRead bytes needs: one of
+// ReplyPipeSize(maxRead), above the default fs.pipe-max-size unless the
+// process has CAP_SYS_RESOURCE.
+func SpliceUsable(maxRead int) error {
+	need := ReplyPipeSize(maxRead)
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return fmt.Errorf("pipe: %w", err)
 	}
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
-	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, ReplyPipeSize); err != nil {
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, need); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("a pipe of %d MiB is not allowed (fs.pipe-max-size must be at least %d: `sysctl fs.pipe-max-size=%d`): %w",
-				ReplyPipeSize>>20, ReplyPipeSize, WantPipeMaxSize, err)
+				need>>20, need, WantPipeMaxSize(maxRead), err)
 		}
-		return fmt.Errorf("pipe of %d MiB: %w", ReplyPipeSize>>20, err)
+		return fmt.Errorf("pipe of %d MiB: %w", need>>20, err)
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := cli.RaisePipeLimitAndRestart(log, false); err != nil {
+	if err := cli.RaisePipeLimitAndRestart(log, false, daemon.Default().FS.MaxRead); err != nil {
 		return err
 	}
 

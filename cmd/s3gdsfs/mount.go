@@ -160,7 +160,7 @@ func raisePipeLimit(mf *mountFlags, log *slog.Logger) error {
 	if mf.Splice == "never" || !mf.stream.on(mf.S3.Endpoint) || !strings.HasPrefix(mf.S3.Endpoint, "http://") {
 		return nil // nothing to splice: leave the limit alone
 	}
-	return cli.RaisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "")
+	return cli.RaisePipeLimitAndRestart(log, !mf.foreground && os.Getenv(readyFDEnv) == "", mf.FS.MaxRead)
 }
 
 // readyFDEnv names the pipe on which a background child says it mounted.

@@ -69,19 +69,19 @@ func NewLogger(level, file string) (*slog.Logger, error) {
 const pipeRaisedEnv = "S3GDSFS_PIPE_MAX_SIZE_WAS"
 
 // RaisePipeLimitAndRestart raises fs.pipe-max-size where it is too small
-// for splicing and this process may (root), and then runs the program
+// for splicing replies to FUSE reads of up to maxRead bytes and this process may (root), and then runs the program
 // again in this process, since go-fuse read the old limit when the program
 // started, unless a child will be started anyway. The process that starts
 // again logs what the limit was.
-func RaisePipeLimitAndRestart(log *slog.Logger, childFollows bool) error {
+func RaisePipeLimitAndRestart(log *slog.Logger, childFollows bool, maxRead int) error {
 	if was := os.Getenv(pipeRaisedEnv); was != "" {
-		log.Info("raised fs.pipe-max-size so that pipes hold a spliced reply (--splice=never leaves it)", "was", was, "now", vfs.WantPipeMaxSize)
+		log.Info("raised fs.pipe-max-size so that pipes hold a spliced reply (--splice=never leaves it)", "was", was, "now", vfs.WantPipeMaxSize(maxRead))
 		return nil
 	}
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	was, err := daemon.RaisePipeLimit()
+	was, err := daemon.RaisePipeLimit(maxRead)
 	if err != nil || was == "" {
 		return nil // the mount says why it does not splice
 	}

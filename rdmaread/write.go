@@ -165,7 +165,7 @@ func firstDecline(results []partResult) abi.Decline {
 	return abi.DeclineNone
 }
 
-// writeResult counts a write's bytes by transport and names its transport.
+// writeResult names a write's transport from how its bytes went.
 func (e *Engine) writeResult(res WriteResult, err error) (WriteResult, error) {
 	res.Transport = abi.TransportNone
 	switch {

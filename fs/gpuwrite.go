@@ -9,14 +9,17 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
+	"github.com/s3gdsfs/s3gdsfs/objstore"
+	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 var _ gofs.FileIoctler = (*writeHandle)(nil)
 
 // Ioctl serves S3GDS_IOC_WRITE on a file open for writing: the caller's
-// device buffer is copied to pinned staging and written into the file's
-// upload as write(2) writes it, at the offset where the last write ended
+// device buffer is appended to the file's upload at the offset where the
+// last write ended, whole parts as RDMA UploadParts where RDMA is on, the
+// rest copied to pinned staging and written as write(2) writes it
 // (docs/ioctl.md). A read ioctl on it is EBADF: the file is not open for
 // reading.
 func (h *writeHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input []byte, output []byte) (int32, syscall.Errno) {
@@ -44,18 +47,14 @@ func (h *writeHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 	if req.Offset > 1<<62 {
 		return 0, errno(vfs.ErrNotAppend)
 	}
-	off := int64(req.Offset)
-	var n int64
+	var res rdmaread.WriteResult
 	if req.Length == 0 {
 		// Nothing to copy, but the offset is checked as a write's is.
-		_, err = h.u.WriteFrom(ctx, off, nil, vfs.WriteGPUHTTP)
+		_, err = h.u.WriteFrom(ctx, int64(req.Offset), nil, vfs.WriteGPUHTTP)
 	} else {
-		n, err = m.callers.Write(ctx, h, int(caller.Pid), caller.Uid, req, func(p []byte) (int, error) {
-			k, err := h.u.WriteFrom(ctx, off, p, vfs.WriteGPUHTTP)
-			off += int64(k)
-			return k, err
-		})
+		res, err = m.callers.Write(ctx, h, int(caller.Pid), caller.Uid, req, &uploadSink{ctx: ctx, u: h.u, off: int64(req.Offset)})
 	}
+	n := res.Bytes
 	if err != nil {
 		e := h.u.Entry()
 		m.core.Logger().Debug("GPU write failed", "bucket", e.Bucket, "key", e.Key, "offset", req.Offset,
@@ -72,14 +71,37 @@ func (h *writeHandle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input [
 		h.node.NotifyContent(-1, 0)
 	}
 	req.Bytes = uint64(n)
-	req.HTTPBytes = uint64(n)
-	req.RDMABytes = 0
-	req.Decline = abi.DeclineNone
-	req.Transport = abi.TransportNone
-	if n > 0 {
-		req.Transport = abi.TransportHTTP
-	}
+	req.HTTPBytes = uint64(res.HTTPBytes)
+	req.RDMABytes = uint64(res.RDMABytes)
+	req.Decline = res.Decline
+	req.Transport = res.Transport
 	req.ElapsedNs = uint64(time.Since(start).Nanoseconds())
 	copy(output, req.Encode())
 	return 0, 0
+}
+
+// uploadSink is a file's upload as the GPU engine appends to it.
+type uploadSink struct {
+	ctx context.Context
+	u   *vfs.Upload
+	off int64 // the end of what was written
+}
+
+func (s *uploadSink) PartSize() int64 { return s.u.PartSize() }
+
+func (s *uploadSink) Append(p []byte) (int, error) {
+	k, err := s.u.WriteFrom(s.ctx, s.off, p, vfs.WriteGPUHTTP)
+	s.off += int64(k)
+	return k, err
+}
+
+func (s *uploadSink) AppendPart(ctx context.Context, send rdmaread.PartSender) (<-chan error, error) {
+	done, err := s.u.WritePart(ctx, s.off, vfs.WriteGPURDMA, vfs.WriteGPUHTTP,
+		func(ctx context.Context, p *vfs.RemotePart) (objstore.CompletedPart, error) {
+			return send(ctx, p.PartTarget, p)
+		})
+	if err == nil {
+		s.off += s.u.PartSize()
+	}
+	return done, err
 }

@@ -38,14 +38,18 @@ type Set struct {
 	GPUReads         *prometheus.CounterVec // transport
 	GPUDeclined      *prometheus.CounterVec // reason
 	GPUDeclinedBytes *prometheus.CounterVec // reason
-	GPUReadSeconds   *prometheus.HistogramVec
-	GPUCopyWait      prometheus.Counter
-	GPUFetchedBytes  prometheus.Counter
-	GPUSharedBytes   prometheus.Counter
-	GPUReadErrors    *prometheus.CounterVec // errno
-	GPUImportsOpen   prometheus.GaugeFunc   // reads the function given to ReportImportsOpen
-	GPUBytesInFlight prometheus.Gauge
-	GPUSchedWait     prometheus.Histogram
+	// GPU writes' declined RDMA parts, apart from reads' so that each
+	// side's declined bytes stay a part of its own HTTP bytes.
+	GPUWriteDeclined      *prometheus.CounterVec // reason
+	GPUWriteDeclinedBytes *prometheus.CounterVec // reason
+	GPUReadSeconds        *prometheus.HistogramVec
+	GPUCopyWait           prometheus.Counter
+	GPUFetchedBytes       prometheus.Counter
+	GPUSharedBytes        prometheus.Counter
+	GPUReadErrors         *prometheus.CounterVec // errno
+	GPUImportsOpen        prometheus.GaugeFunc   // reads the function given to ReportImportsOpen
+	GPUBytesInFlight      prometheus.Gauge
+	GPUSchedWait          prometheus.Histogram
 
 	SkippedKeys  *prometheus.CounterVec // reason
 	OpenHandles  prometheus.Gauge
@@ -53,7 +57,7 @@ type Set struct {
 	ChangedReads prometheus.Counter
 	// Writes (--allow-writes, vfs/upload.go): bytes accepted from writers,
 	// uploads open, parts sent again, and uploads that ended how.
-	WriteBytes        *prometheus.CounterVec // by path: posix, gpu_http
+	WriteBytes        *prometheus.CounterVec // by path: posix, gpu_http, gpu_rdma
 	UploadsInFlight   prometheus.Gauge
 	UploadPartRetries prometheus.Counter
 	UploadsDone       *prometheus.CounterVec // outcome: completed, aborted
@@ -187,7 +191,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		Name: "s3gdsfs_changed_object_reads_total", Help: "Reads refused because the object changed after it was opened.",
 	})
 	s.WriteBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "s3gdsfs_write_bytes_total", Help: "Bytes written to files of the mount (--allow-writes), by path: write(2) or the GPU write ioctl.",
+		Name: "s3gdsfs_write_bytes_total", Help: "Bytes written to files of the mount (--allow-writes), by path: write(2), the GPU write ioctl through pinned staging (gpu_http), or its whole parts as RDMA UploadParts (gpu_rdma).",
 	}, []string{"path"})
 	s.UploadsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "s3gdsfs_uploads_in_flight", Help: "Files open for writing whose upload has not ended.",
@@ -236,6 +240,12 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	}, []string{"reason"})
 	s.GPUDeclinedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_declined_bytes_total", Help: "Bytes of declined RDMA transfers, by reason (a part of the HTTP bytes).",
+	}, []string{"reason"})
+	s.GPUWriteDeclined = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_write_declined_total", Help: "Whole parts of GPU writes asked for as RDMA UploadParts and not stored so, by reason; they went over HTTP (or failed the write, under rdma_only or decline_is_error).",
+	}, []string{"reason"})
+	s.GPUWriteDeclinedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3gdsfs_gpu_write_declined_bytes_total", Help: "Bytes of declined RDMA parts of GPU writes that went over HTTP instead, by reason (a part of write_bytes_total{path=gpu_http}).",
 	}, []string{"reason"})
 	s.GPUReadSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "s3gdsfs_gpu_read_seconds", Help: "Time of one GPU read call, by transport.",
@@ -317,9 +327,14 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	for d := abi.DeclineRegistrationFailed; d <= abi.DeclineRDMAUnavailable; d++ {
 		s.GPUDeclined.WithLabelValues(d.String())
 		s.GPUDeclinedBytes.WithLabelValues(d.String())
+		s.GPUWriteDeclined.WithLabelValues(d.String())
+		s.GPUWriteDeclinedBytes.WithLabelValues(d.String())
+	}
+	for _, p := range []string{"posix", "gpu_http", "gpu_rdma"} {
+		s.WriteBytes.WithLabelValues(p)
 	}
 	for _, c := range []prometheus.Collector{
-		s.GPUReadBytes, s.GPUReads, s.GPUDeclined, s.GPUDeclinedBytes, s.GPUReadSeconds,
+		s.GPUReadBytes, s.GPUReads, s.GPUDeclined, s.GPUDeclinedBytes, s.GPUWriteDeclined, s.GPUWriteDeclinedBytes, s.GPUReadSeconds,
 		s.GPUCopyWait, s.GPUFetchedBytes, s.GPUSharedBytes, s.GPUReadErrors, s.GPUImportsOpen, s.GPUBytesInFlight, s.GPUSchedWait,
 		s.S3Requests, s.S3Seconds, s.S3BytesReceived,
 		s.PosixReadBytes, s.PosixReads, s.PosixReadSeconds, s.PosixReadErrors,

@@ -26,6 +26,10 @@ type RDMAConfig struct {
 	// Getter sends the RDMA GETs; nil uses the engine's store. The loopback
 	// fabric answers them on an endpoint of its own.
 	Getter objstore.RDMAGetter
+	// Putter sends the RDMA UploadParts of GPU writes; nil uses Getter
+	// when it is a putter too, else the engine's store, else writes never
+	// go over RDMA.
+	Putter objstore.RDMAPutter
 }
 
 // ErrDeclined is returned instead of an HTTP fallback when declines are errors.
@@ -33,6 +37,7 @@ var ErrDeclined = errors.New("RDMA transfer declined and fallback to HTTP is off
 
 type rdmaPath struct {
 	getter         objstore.RDMAGetter
+	putter         objstore.RDMAPutter // nil: writes go through pinned staging only
 	minter         mint.Minter
 	tokens         *mint.TokenCache // nil without a minter
 	declineIsError bool
@@ -49,7 +54,14 @@ func (e *Engine) EnableRDMA(cfg RDMAConfig) error {
 			return objstore.ErrNoRDMAGetter
 		}
 	}
-	p := &rdmaPath{getter: g, minter: cfg.Minter, declineIsError: cfg.DeclineIsError}
+	p := &rdmaPath{getter: g, putter: cfg.Putter, minter: cfg.Minter, declineIsError: cfg.DeclineIsError}
+	if p.putter == nil {
+		if pt, ok := g.(objstore.RDMAPutter); ok {
+			p.putter = pt
+		} else if pt, ok := e.store.(objstore.RDMAPutter); ok {
+			p.putter = pt
+		}
+	}
 	if e.rdma != nil {
 		p.summary.last = e.rdma.summary.last
 	}

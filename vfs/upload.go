@@ -200,6 +200,7 @@ func (u *Upload) Write(ctx context.Context, off int64, data []byte) (int, error)
 const (
 	WritePOSIX   = "posix"    // write(2)
 	WriteGPUHTTP = "gpu_http" // the GPU write ioctl, through pinned staging
+	WriteGPURDMA = "gpu_rdma" // the GPU write ioctl, whole parts as RDMA UploadParts
 )
 
 // WriteFrom is Write of bytes that came by path (WritePOSIX, WriteGPUHTTP):
@@ -253,6 +254,16 @@ func (u *Upload) write(ctx context.Context, data []byte) (int, error) {
 // while waiting for the rest could wait for each other forever. A writer
 // waiting here holds only parts being sent, which free their memory.
 func (u *Upload) gather(ctx context.Context) error {
+	blocks, err := u.takePart(ctx)
+	if err != nil {
+		return err
+	}
+	u.cur = blocks
+	return nil
+}
+
+// takePart takes the blocks of one part, empty, as gather says.
+func (u *Upload) takePart(ctx context.Context) ([]*cache.Block, error) {
 	u.f.w.gather.Lock()
 	defer u.f.w.gather.Unlock()
 	blocks := make([]*cache.Block, 0, u.f.cfg.Writes.PartSize/int64(u.f.cfg.BlockSize))
@@ -260,12 +271,11 @@ func (u *Upload) gather(ctx context.Context) error {
 		b, err := u.f.blocks.NewBlock(ctx, true)
 		if err != nil {
 			release(blocks)
-			return err
+			return nil, err
 		}
 		blocks = append(blocks, b)
 	}
-	u.cur = blocks
-	return nil
+	return blocks, nil
 }
 
 func (u *Upload) wrote(n int, err error) (int, error) {
@@ -287,25 +297,8 @@ func (u *Upload) sendPart(ctx context.Context) error {
 		u.fail(err)
 		return err
 	}
-	if u.uploadID == "" {
-		var id string
-		err := u.retry(func(ctx context.Context) (err error) {
-			id, err = u.up.CreateMultipart(ctx, u.entry.Bucket, u.entry.Key)
-			return err
-		})
-		if err != nil {
-			u.fail(err)
-			return errno.With(syscall.EIO, err)
-		}
-		u.uploadID = id
-		u.f.w.journal.begin(u.entry.Bucket, u.entry.Key, id)
-	}
-	select {
-	case u.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-u.ctx.Done():
-		return errno.With(syscall.EIO, u.failed())
+	if err := u.begin(ctx); err != nil {
+		return err
 	}
 	blocks, number := u.cur, u.next
 	u.cur, u.curLen = nil, 0
@@ -330,6 +323,145 @@ func (u *Upload) sendPart(ctx context.Context) error {
 		u.mu.Unlock()
 	}()
 	return nil
+}
+
+// begin starts the multipart upload if it has not started, and takes one
+// of the PartsInFlight for the next part.
+func (u *Upload) begin(ctx context.Context) error {
+	if u.uploadID == "" {
+		var id string
+		err := u.retry(func(ctx context.Context) (err error) {
+			id, err = u.up.CreateMultipart(ctx, u.entry.Bucket, u.entry.Key)
+			return err
+		})
+		if err != nil {
+			u.fail(err)
+			return errno.With(syscall.EIO, err)
+		}
+		u.uploadID = id
+		u.f.w.journal.begin(u.entry.Bucket, u.entry.Key, id)
+	}
+	select {
+	case u.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-u.ctx.Done():
+		return errno.With(syscall.EIO, u.failed())
+	}
+}
+
+// PartSize is the size of every part of the upload but the last: parts
+// start at its multiples.
+func (u *Upload) PartSize() int64 { return u.f.cfg.Writes.PartSize }
+
+// RemotePart is a whole part of an upload whose bytes a sender of its own
+// carries (Upload.WritePart): an RDMA UploadPart that the server reads out
+// of device memory.
+type RemotePart struct {
+	objstore.PartTarget
+	u        *Upload
+	sentHTTP bool
+}
+
+// SendHTTP sends the part over HTTP as the upload's own parts go, for a
+// sender whose own way was declined: fill puts the part's Size bytes, in
+// order, into buffers of the upload's memory (taken as a part being
+// filled takes it), which are then sent with the mount's retries. It
+// replaces whatever a declined attempt stored under the part's number.
+func (p *RemotePart) SendHTTP(ctx context.Context, fill func(bufs [][]byte) error) (objstore.CompletedPart, error) {
+	u := p.u
+	blocks, err := u.takePart(ctx)
+	if err != nil {
+		return objstore.CompletedPart{}, err
+	}
+	defer release(blocks)
+	for _, b := range blocks {
+		b.Data = b.Data[:cap(b.Data)]
+	}
+	if err := fill(views(blocks)); err != nil {
+		return objstore.CompletedPart{}, err
+	}
+	p.sentHTTP = true
+	var part objstore.CompletedPart
+	err = u.retry(func(ctx context.Context) (err error) {
+		part, err = u.up.UploadPart(ctx, p.Bucket, p.Key, p.UploadID, p.Number, views(blocks))
+		return err
+	})
+	return part, err
+}
+
+// WritePart appends one whole part at off, which must be the size written
+// so far and a multiple of PartSize, whose bytes send carries itself. The
+// part takes the next number, after the part being filled (sent first),
+// and one of PartsInFlight; send runs in the background with the upload's
+// context, as the upload's own parts do, and its part joins theirs in
+// order. A send that fails fails the upload: nothing is visible and the
+// multipart upload is aborted at Finish. The returned channel receives
+// send's error, or nil once the part is stored. The part's bytes count
+// under path, or httpPath when send sent them through SendHTTP.
+func (u *Upload) WritePart(ctx context.Context, off int64, path, httpPath string,
+	send func(ctx context.Context, p *RemotePart) (objstore.CompletedPart, error)) (<-chan error, error) {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	partSize := u.f.cfg.Writes.PartSize
+	switch {
+	case u.finished:
+		return nil, ErrUploaded
+	case off != u.size:
+		return nil, fmt.Errorf("%s: write at %d, %d bytes written: %w", u.entry.Path(), off, u.size, ErrNotAppend)
+	case off%partSize != 0:
+		return nil, errno.New(syscall.EINVAL, fmt.Sprintf("%s: a whole part at %d, not a multiple of the part size %d", u.entry.Path(), off, partSize))
+	}
+	if err := u.failed(); err != nil {
+		return nil, errno.With(syscall.EIO, err)
+	}
+	if u.curLen == partSize {
+		if err := u.sendPart(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if u.next > objstore.MaxParts {
+		err := fmt.Errorf("%s: %w", u.entry.Path(), ErrTooLarge)
+		u.fail(err)
+		return nil, err
+	}
+	if err := u.begin(ctx); err != nil {
+		if errors.Is(err, context.Canceled) {
+			err = errno.With(syscall.EINTR, err)
+		}
+		return nil, err
+	}
+	p := &RemotePart{PartTarget: objstore.PartTarget{Bucket: u.entry.Bucket, Key: u.entry.Key,
+		UploadID: u.uploadID, Number: u.next, Size: partSize}, u: u}
+	u.next++
+	u.size += partSize
+	u.shown.Store(max(u.size, u.extend))
+	done := make(chan error, 1)
+	u.sending.Add(1)
+	go func() {
+		defer u.sending.Done()
+		defer func() { <-u.slots }()
+		part, err := send(u.ctx, p)
+		if err == nil && (part.Number != p.Number || part.ETag == "") {
+			err = fmt.Errorf("part %d sent as part %d with ETag %q", p.Number, part.Number, part.ETag)
+		}
+		if err != nil {
+			u.f.log.Warn("upload of a part failed", "path", u.entry.Path(), "part", p.Number, "err", err)
+			u.fail(err)
+			done <- u.failed() // the upload's first failure: the others follow from it
+			return
+		}
+		u.mu.Lock()
+		u.parts = append(u.parts, part)
+		u.mu.Unlock()
+		if p.sentHTTP {
+			path = httpPath
+		}
+		u.f.m.WriteBytes.WithLabelValues(path).Add(float64(partSize))
+		done <- nil
+	}()
+	return done, nil
 }
 
 // retry runs a request, and again after a transient failure, up to the

@@ -533,3 +533,103 @@ func TestUploadManyWritersInLittleMemory(t *testing.T) {
 		}
 	}
 }
+
+// Parts a sender carries itself take their numbers in order with the
+// upload's own: after the part being filled, before the bytes written
+// after them. A part sent through SendHTTP goes as an own part does.
+func TestUploadWritePartInOrderWithOwnParts(t *testing.T) {
+	store := newMemStore()
+	mem := newMemUploader(store)
+	f := writableFS(t, store, mem, nil)
+	u, err := f.Create(context.Background(), f.Root(), "mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := pattern(4*testPart + 123)
+	ctx := context.Background()
+	if _, err := u.Write(ctx, 0, data[:testPart]); err != nil { // part 1, full, not sent yet
+		t.Fatal(err)
+	}
+	if _, err := u.WritePart(ctx, 1, WriteGPURDMA, WriteGPUHTTP, nil); errnoOf(err) != syscall.EINVAL {
+		t.Fatalf("a part not at the end: %v, want EINVAL", err)
+	}
+	var dones []<-chan error
+	// Part 2 carried by its sender straight to the store, part 3 through SendHTTP.
+	done, err := u.WritePart(ctx, testPart, WriteGPURDMA, WriteGPUHTTP, func(ctx context.Context, p *RemotePart) (objstore.CompletedPart, error) {
+		if p.Number != 2 || p.Size != testPart {
+			return objstore.CompletedPart{}, fmt.Errorf("part %d of %d bytes, want part 2", p.Number, p.Size)
+		}
+		return mem.UploadPart(ctx, p.Bucket, p.Key, p.UploadID, p.Number, [][]byte{data[testPart : 2*testPart]})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dones = append(dones, done)
+	done, err = u.WritePart(ctx, 2*testPart, WriteGPURDMA, WriteGPUHTTP, func(ctx context.Context, p *RemotePart) (objstore.CompletedPart, error) {
+		return p.SendHTTP(ctx, func(bufs [][]byte) error {
+			src := data[2*testPart : 3*testPart]
+			for _, b := range bufs {
+				src = src[copy(b, src):]
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dones = append(dones, done)
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u.Size() != 3*testPart {
+		t.Fatalf("size %d after two whole parts, want %d", u.Size(), 3*testPart)
+	}
+	if _, err := u.Write(ctx, 3*testPart, data[3*testPart:]); err != nil { // parts 4 and 5
+		t.Fatal(err)
+	}
+	if err := u.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(store.objects["b/mixed"], data) {
+		t.Fatal("the object is not what was written, in order")
+	}
+	if got := counterValue(t, f.m, "write_bytes_total", WriteGPURDMA); got != testPart {
+		t.Errorf("gpu_rdma bytes %v, want one part", got)
+	}
+	if got := counterValue(t, f.m, "write_bytes_total", WriteGPUHTTP); got != testPart {
+		t.Errorf("gpu_http bytes %v, want the part sent through SendHTTP", got)
+	}
+}
+
+// A sender that fails fails the upload: its channel says why, later
+// writes and the close answer EIO, and the upload is aborted.
+func TestUploadWritePartFailureAbortsTheUpload(t *testing.T) {
+	store := newMemStore()
+	mem := newMemUploader(store)
+	f := writableFS(t, store, mem, nil)
+	u, err := f.Create(context.Background(), f.Root(), "failed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("declined")
+	done, err := u.WritePart(context.Background(), 0, WriteGPURDMA, WriteGPUHTTP, func(context.Context, *RemotePart) (objstore.CompletedPart, error) {
+		return objstore.CompletedPart{}, refused
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, refused) {
+		t.Fatalf("part: %v, want the sender's error", err)
+	}
+	if _, err := u.Write(context.Background(), testPart, []byte("x")); errnoOf(err) != syscall.EIO {
+		t.Errorf("write after the failed part: %v, want EIO", err)
+	}
+	if err := u.Finish(); errnoOf(err) != syscall.EIO {
+		t.Fatalf("finish: %v, want EIO", err)
+	}
+	if _, ok := store.objects["b/failed"]; ok || len(mem.aborted) != 1 || mem.open() != 0 {
+		t.Errorf("object left %v, aborted %v, %d open", ok, mem.aborted, mem.open())
+	}
+}

@@ -27,8 +27,8 @@ type Engine interface {
 	Backend() cufile.Backend
 	// Read places a request's range into the caller's buffer.
 	Read(ctx context.Context, r rdmaread.Request) (rdmaread.Result, error)
-	// Write copies a request's range of the caller's buffer to sink.
-	Write(ctx context.Context, r rdmaread.WriteRequest, sink func([]byte) (int, error)) (int64, error)
+	// Write appends a request's range of the caller's buffer to sink.
+	Write(ctx context.Context, r rdmaread.WriteRequest, sink rdmaread.WriteSink) (rdmaread.WriteResult, error)
 	// ReleaseOwner closes a caller's imports.
 	ReleaseOwner(owner int)
 	// Reap closes the imports of callers whose process has exited.
@@ -94,32 +94,30 @@ func (c *Table) Read(ctx context.Context, file any, tid int, uid uint32, req abi
 }
 
 // Write serves one GPU write of file, issued by the thread tid of user uid:
-// req.Length bytes of the caller's buffer at req.DstOffset go to sink, in
-// order, which takes them into the file's upload. It returns the bytes sink
-// took; sink's error is returned as sink made it (it carries the errno of
-// the file's write), the others with the errno the write ioctl answers.
-func (c *Table) Write(ctx context.Context, file any, tid int, uid uint32, req abi.ReadRequest, sink func([]byte) (int, error)) (int64, error) {
+// req.Length bytes of the caller's buffer at req.DstOffset are appended to
+// sink at req.Offset, whole parts over RDMA where the engine can
+// (rdmaread.Engine.Write). It returns how the bytes went; sink's error is
+// returned as sink made it (it carries the errno of the file's write), the
+// others with the errno the write ioctl answers.
+func (c *Table) Write(ctx context.Context, file any, tid int, uid uint32, req abi.ReadRequest, sink rdmaread.WriteSink) (rdmaread.WriteResult, error) {
 	standin := c.engine.Backend().Name() == abi.CUDABackendHostStandin
 	if hb := req.Flags&abi.FlagHostBuffer != 0; hb != standin {
 		if hb {
-			return 0, errHostBuffers
+			return rdmaread.WriteResult{}, errHostBuffers
 		}
-		return 0, errHostHandle
-	}
-	if req.Flags&abi.FlagRDMAOnly != 0 {
-		// Writes are carried through pinned staging only.
-		return 0, errno.New(syscall.EINVAL, "flags: rdma_only: GPU writes go through pinned staging, never RDMA")
+		return rdmaread.WriteResult{}, errHostHandle
 	}
 	owner := c.tgid(tid)
 	c.add(owner, file)
-	n, err := c.engine.Write(ctx, rdmaread.WriteRequest{
-		Length: int64(min(req.Length, 1<<62)), Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
-		SrcOffset: req.DstOffset, Owner: owner, UID: uid,
+	res, err := c.engine.Write(ctx, rdmaread.WriteRequest{
+		Offset: int64(min(req.Offset, 1<<62)), Length: int64(min(req.Length, 1<<62)),
+		Device: int(req.Device), Handle: cufile.Handle(req.IPCHandle),
+		SrcOffset: req.DstOffset, Flags: req.Flags, Owner: owner, UID: uid,
 	}, sink)
 	if serr, ok := rdmaread.SinkError(err); ok {
-		return n, serr
+		return res, serr
 	}
-	return n, rdmaread.IoctlError(err)
+	return res, rdmaread.IoctlError(err)
 }
 
 // tgid maps the thread FUSE names onto its process: imports belong to the

@@ -1,4 +1,4 @@
-// Package loopback emulates one-sided RDMA writes inside one process, so the
+// Package loopback emulates one-sided RDMA writes and reads inside one process, so the
 // tests and the demo can drive the whole S3-over-RDMA control path on
 // machines without an RDMA NIC. It is reported as fabric "loopback"
 // everywhere and is not a network transport: the "remote write" is a copy
@@ -10,7 +10,11 @@
 // token it forwards the signed request as is (the upstream, without RDMA,
 // ignores the token and sends the body), writes the body into the region
 // the token names, and answers as an RDMA server does: x-amz-rdma-reply,
-// x-amz-rdma-bytes-transferred, no body.
+// x-amz-rdma-bytes-transferred, no body. For a PUT (an UploadPart or a
+// whole object) with a token and no body it reads the token's bytes out of
+// the region (the "remote read": a device-to-host copy through the cufile
+// layer), sends the signed request upstream with them as its body, and
+// answers the upstream's reply with the same RDMA headers.
 package loopback
 
 import (
@@ -47,14 +51,17 @@ type Mode int
 
 const (
 	Normal Mode = iota
-	// Decline501: answer a GET with a token 501 NotImplemented, no object.
+	// Decline501: answer a GET or PUT with a token 501 NotImplemented,
+	// no object.
 	Decline501
-	// IgnoreToken: proxy the GET unchanged, as a server without RDMA.
+	// IgnoreToken: proxy the request unchanged, as a server without RDMA:
+	// a GET gets its body, a PUT stores the empty body it has.
 	IgnoreToken
 	// FailRegistration: Register fails, as ibv_reg_mr does on memory it
 	// cannot pin.
 	FailRegistration
-	// ShortTransfer: write and report half the bytes asked for.
+	// ShortTransfer: write (for a PUT: read and store) and report half
+	// the bytes asked for.
 	ShortTransfer
 	// RejectToken: answer 400 InvalidToken.
 	RejectToken
@@ -82,8 +89,9 @@ type Stats struct {
 	FailedRegistrations int64
 	Deregistrations     int64
 	FailureReports      int64 // ReportFailure calls
-	Served              int64 // GETs answered with an RDMA reply (short ones too)
-	ServedBytes         int64 // bytes written into regions
+	Served              int64 // GETs and PUTs answered with an RDMA reply (short ones too)
+	PutsServed          int64 // of them, PUTs: bytes read out of a region and stored upstream
+	ServedBytes         int64 // bytes written into regions, or read out of them for PUTs
 	Short               int64
 	Declined            int64 // 501s
 	Ignored             int64 // GETs with a token proxied with their body

@@ -569,3 +569,99 @@ type bigAlloc struct{ size uint64 }
 func (a *bigAlloc) Device() int  { return 0 }
 func (a *bigAlloc) Size() uint64 { return a.size }
 func (a *bigAlloc) Close() error { return nil }
+
+// fillBuffer puts data at off of the stand-in buffer.
+func (r *rig) fillBuffer(t *testing.T, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(r.bufPath, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An UploadPart with a token and no body: the fabric reads the token's
+// bytes out of the buffer and stores them upstream, and the completed
+// object holds them byte for byte.
+func TestRDMAUploadPartReadsTheBufferIntoThePart(t *testing.T) {
+	r := newRig(t)
+	const n, src = 3<<20 + 5, 1<<20 + 3
+	data := testenv.RandomBytes(99, 0, n)
+	r.fillBuffer(t, src, data)
+	ctx := context.Background()
+	id, err := r.direct.CreateMultipart(ctx, bucket, "put.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := r.token(t, src, n)
+	rep, err := r.store.UploadPartRDMA(ctx, objstore.PartTarget{Bucket: bucket, Key: "put.bin", UploadID: id, Number: 1, Size: n}, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Outcome != objstore.RDMAServed || rep.Bytes != n || rep.ETag == "" {
+		t.Fatalf("reply %+v, want served with %d bytes and an ETag", rep, n)
+	}
+	if _, err := r.direct.CompleteMultipart(ctx, bucket, "put.bin", id, []objstore.CompletedPart{{Number: 1, ETag: rep.ETag}}); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := r.direct.Stat(ctx, bucket, "put.bin")
+	if err != nil || obj.Size != n {
+		t.Fatalf("stat %+v %v, want %d bytes", obj, err, n)
+	}
+	body, err := r.direct.GetRange(ctx, bucket, "put.bin", 0, n, obj.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(body)
+	body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, "object", got, data)
+	if st := r.fabric.Stats(); st.PutsServed != 1 || st.ServedBytes != n {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Each failure mode answers a PUT as a server or NIC that fails so would:
+// never as served.
+func TestRDMAUploadPartModes(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	const n = 1 << 20
+	cases := []struct {
+		mode    Mode
+		outcome objstore.RDMAOutcome
+		err     error
+		decline abi.Decline
+	}{
+		{Decline501, objstore.RDMADeclined501, nil, abi.DeclineServer501},
+		{IgnoreToken, objstore.RDMATokenIgnored, nil, abi.DeclineTokenIgnored},
+		{ShortTransfer, objstore.RDMAShortTransfer, nil, abi.DeclineShortTransfer},
+		{RejectToken, 0, objstore.ErrTokenRejected, abi.DeclineTokenRejected},
+	}
+	for _, c := range cases {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			id, err := r.direct.CreateMultipart(ctx, bucket, "modes.bin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.direct.AbortMultipart(ctx, bucket, "modes.bin", id)
+			tok, _ := r.token(t, 0, n)
+			r.fabric.SetModeFor(c.mode, 1)
+			rep, err := r.store.UploadPartRDMA(ctx, objstore.PartTarget{Bucket: bucket, Key: "modes.bin", UploadID: id, Number: 1, Size: n}, tok)
+			if c.err != nil && !errors.Is(err, c.err) || c.err == nil && (err != nil || rep.Outcome != c.outcome) {
+				t.Fatalf("reply %+v, %v; want %v %v", rep, err, c.outcome, c.err)
+			}
+			if c.mode == ShortTransfer && rep.Bytes != n/2 {
+				t.Errorf("short transfer of %d bytes, want %d", rep.Bytes, n/2)
+			}
+			if d := rdmaread.DeclineFor(objstore.RDMAReply{Outcome: rep.Outcome, Bytes: rep.Bytes}, err); d != c.decline {
+				t.Errorf("decline %s, want %s", d, c.decline)
+			}
+		})
+	}
+}

@@ -96,7 +96,7 @@ func NewServer(f *Fabric, upstream string, stagers StagerFunc) (*Server, error) 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tokenStr := r.Header.Get(rdmatoken.Header)
-	if r.Method != http.MethodGet || tokenStr == "" {
+	if (r.Method != http.MethodGet && r.Method != http.MethodPut) || tokenStr == "" {
 		s.f.count(func(st *Stats) { st.Passthrough++ })
 		s.proxy.ServeHTTP(w, r)
 		return
@@ -144,7 +144,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &target{token: tok, region: reg, off: off, short: mode == ShortTransfer}
 	start := time.Now()
-	s.serveToken(w, r, t)
+	if r.Method == http.MethodPut {
+		s.servePut(w, r, t)
+	} else {
+		s.serveToken(w, r, t)
+	}
 	s.f.count(func(st *Stats) { st.ServeNanos += int64(time.Since(start)) })
 }
 
@@ -213,6 +217,142 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, t *target) {
 	h.Set("Content-Length", "0")
 	h.Del("Content-Type")
 	w.WriteHeader(resp.StatusCode)
+}
+
+// servePut turns a PUT (an UploadPart or a whole object) with a token and
+// no body into a loopback RDMA read: the token's bytes are read out of the
+// region through the device's stager (device to host, the NIC's part) and
+// sent upstream as the request's body; the reply is the upstream's with
+// the RDMA reply headers. Short transfer reads and sends half of them.
+func (s *Server) servePut(w http.ResponseWriter, r *http.Request, t *target) {
+	ctx := r.Context()
+	if r.ContentLength > 0 {
+		writeError(w, r, http.StatusBadRequest, "InvalidRequest", "loopback: a PUT with x-amz-rdma-token carries no body")
+		return
+	}
+	want := int64(t.token.Size)
+	if t.short {
+		want /= 2
+	}
+	stager, err := s.stagers(t.region.alloc.Device())
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
+		return
+	}
+	body, err := newDeviceReader(ctx, stager, t.region.alloc, t.off, want)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
+		return
+	}
+	defer body.Close()
+	u := *s.upstream
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
+	out, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), body)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, "InternalError", "loopback: "+err.Error())
+		return
+	}
+	out.Header = r.Header.Clone()
+	for _, k := range append(hopHeaders, "Content-Length", "Expect") {
+		out.Header.Del(k)
+	}
+	// Content-Length is not among the signed headers of a request that had
+	// none, and the payload is unsigned: the signature holds for the body.
+	out.ContentLength = want
+	if want == 0 {
+		out.Body = http.NoBody
+	}
+	out.Host = r.Host
+	resp, err := s.upstreamTransport.RoundTrip(out)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, "InternalError",
+			fmt.Sprintf("loopback: RDMA read of %d bytes failed: %v", want, err))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		relay(w, resp)
+		return
+	}
+	io.Copy(io.Discard, resp.Body)
+	s.f.count(func(st *Stats) {
+		st.Served++
+		st.PutsServed++
+		st.ServedBytes += want
+		if want < int64(t.token.Size) {
+			st.Short++
+		}
+	})
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	h.Set(replyHeader, strconv.Itoa(resp.StatusCode))
+	h.Set(bytesHeader, strconv.FormatInt(want, 10))
+	h.Set("Content-Length", "0")
+	w.WriteHeader(resp.StatusCode)
+}
+
+// deviceReader reads n bytes of an allocation from off, one staging slot
+// at a time: the device-to-host copy an RDMA NIC would make. The HTTP
+// transport may read it from its own goroutine and close it after the
+// reply, so its calls hold a lock.
+type deviceReader struct {
+	ctx    context.Context
+	alloc  cufile.Allocation
+	off    uint64
+	left   int64
+	mu     sync.Mutex
+	copier cufile.Copier
+}
+
+func newDeviceReader(ctx context.Context, stager cufile.Stager, alloc cufile.Allocation, off uint64, n int64) (*deviceReader, error) {
+	if off > alloc.Size() || uint64(n) > alloc.Size()-off {
+		return nil, fmt.Errorf("%d bytes at %d of a %d-byte allocation", n, off, alloc.Size())
+	}
+	c, err := stager.NewCopier()
+	if err != nil {
+		return nil, err
+	}
+	return &deviceReader{ctx: ctx, alloc: alloc, off: off, left: n, copier: c}, nil
+}
+
+func (d *deviceReader) Read(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.copier == nil:
+		return 0, cufile.ErrClosed
+	case d.left == 0:
+		return 0, io.EOF
+	case len(p) == 0:
+		return 0, nil
+	}
+	slot, err := d.copier.AcquireSlot(d.ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer d.copier.ReleaseSlot(slot)
+	k := int(min(int64(len(p)), int64(len(slot.Buf)), d.left))
+	if err := d.copier.CopyFromDeviceAsync(d.alloc, d.off, slot, k); err != nil {
+		return 0, err
+	}
+	if err := d.copier.Sync(); err != nil {
+		return 0, err
+	}
+	copy(p, slot.Buf[:k])
+	d.off += uint64(k)
+	d.left -= int64(k)
+	return k, nil
+}
+
+func (d *deviceReader) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.copier == nil {
+		return nil
+	}
+	err := d.copier.Close()
+	d.copier = nil
+	return err
 }
 
 // fetch sends r to the upstream. From an http upstream a 2xx reply of known

@@ -9,7 +9,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/s3gdsfs/s3gdsfs/abi"
-	"github.com/s3gdsfs/s3gdsfs/objstore"
 	"github.com/s3gdsfs/s3gdsfs/rdmaread"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
@@ -97,7 +96,7 @@ func (s *uploadSink) Append(p []byte) (int, error) {
 
 func (s *uploadSink) AppendPart(ctx context.Context, send rdmaread.PartSender) (<-chan error, error) {
 	done, err := s.u.WritePart(ctx, s.off, vfs.WriteGPURDMA, vfs.WriteGPUHTTP,
-		func(ctx context.Context, p *vfs.RemotePart) (objstore.CompletedPart, error) {
+		func(ctx context.Context, p *vfs.RemotePart) (vfs.CompletedPart, error) {
 			return send(ctx, p.PartTarget, p)
 		})
 	if err == nil {

@@ -355,6 +355,10 @@ func (u *Upload) begin(ctx context.Context) error {
 // start at its multiples.
 func (u *Upload) PartSize() int64 { return u.f.cfg.Writes.PartSize }
 
+// CompletedPart is a stored part of a multipart upload, as a RemotePart's
+// sender reports it (the store's type, named here for the sender's side).
+type CompletedPart = objstore.CompletedPart
+
 // RemotePart is a whole part of an upload whose bytes a sender of its own
 // carries (Upload.WritePart): an RDMA UploadPart that the server reads out
 // of device memory.

@@ -226,7 +226,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "rdma-chunk", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.RDMAChunk), advanced: true,
 			help: "largest single RDMA transfer (1MiB to 1GiB); a GPU read is cut into transfers as into HTTP parts, by its share of `--gpu-target-streams`, none larger than this"},
 		{name: "rdma-decline-is-error", group: groupGPU, value: (*boolValue)(&c.GPU.DeclineIsError), bare: "true", advanced: true,
-			help: "fail a GPU read whose RDMA transfer is declined (ECANCELED) instead of reading it over HTTP"},
+			help: "fail a GPU read whose RDMA transfer is declined (ECANCELED) instead of reading it over HTTP; a GPU write whose RDMA part is declined fails (ECANCELED) and fails its file"},
 
 		{name: "foreground", group: groupProcess, value: (*boolValue)(&mf.foreground), bare: "true", def: "`true`; `false` in the mount helper form",
 			help: "stay in the foreground until SIGINT or SIGTERM, then unmount"},

@@ -14,7 +14,9 @@ saved, in alternating order each round, by:
   posix       the same bytes, in host memory, written to the mount with write(2) of 64 MiB:
               a POSIX sequential write of a large file;
   torchsave   torch.save of the tensors to a local directory (--local-dir), then boto3's
-              upload_file of that file: what a program without the mount does.
+              upload_file of that file: what a program without the mount does;
+  s3torch     torch.save of the tensors into s3torchconnector's S3Checkpoint writer (AWS's
+              connector for PyTorch, streaming to S3 with its own client), where it is installed.
 
 Each figure is the file's bytes over the wall time until the object is in S3 (close(2) returned,
 or the multipart upload completed). Every file is checked: safetensors.torch.load_file from the
@@ -36,8 +38,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
-METHODS = ("s3gds", "safetensors", "raw", "posix", "torchsave")
-DEFAULT_METHODS = ("s3gds", "safetensors", "raw", "posix", "torchsave")
+METHODS = ("s3gds", "safetensors", "raw", "posix", "torchsave", "s3torch")
+DEFAULT_METHODS = ("s3gds", "safetensors", "raw", "posix", "torchsave", "s3torch")
 
 
 def log(rec):
@@ -134,6 +136,12 @@ def main():
     ap.add_argument("--json", help="where to write the summary")
     a = ap.parse_args()
     methods = [m for m in a.methods.split(",") if m]
+    if "s3torch" in methods:
+        try:
+            import s3torchconnector  # noqa: F401
+        except ImportError:
+            print("save_bench: s3torchconnector is not installed: its method is left out", file=sys.stderr)
+            methods.remove("s3torch")
     for m in methods:
         if m not in METHODS:
             ap.error(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
@@ -204,6 +212,17 @@ def main():
                 finally:
                     os.close(fd)  # the upload ends here
                 secs = time.perf_counter() - start
+            elif m == "s3torch":
+                from s3torchconnector import S3Checkpoint
+                from s3torchconnector._s3client import S3ClientConfig
+
+                ckpt = S3Checkpoint(region=os.environ.get("AWS_REGION", "us-east-1"), endpoint=a.endpoint,
+                                    s3client_config=S3ClientConfig(force_path_style=True))
+                start = time.perf_counter()
+                with ckpt.writer(f"s3://{a.bucket}/{a.prefix}/{name}") as w:
+                    torch.save(tensors, w)
+                secs = time.perf_counter() - start
+                extra = {"local_bytes": None}
             elif m == "torchsave":
                 local = os.path.join(a.local_dir, f"save-bench-{os.getpid()}.pt")
                 start = time.perf_counter()
@@ -217,9 +236,10 @@ def main():
                 raw_put(s3, a.bucket, f"{a.prefix}/{name}", memoryview(host), a.part_mib << 20, a.streams)
                 secs = time.perf_counter() - start
             size = os.path.getsize(path)
-            if m == "torchsave":
+            if m in ("torchsave", "s3torch"):
                 # Not a safetensors file: the object's size is checked, and torch.load of it.
-                problem = None if size == extra["local_bytes"] else f"{path}: {size} bytes, not {extra['local_bytes']}"
+                want = extra["local_bytes"] if m == "torchsave" else size
+                problem = None if size == want else f"{path}: {size} bytes, not {want}"
                 if problem is None:
                     got = torch.load(path, map_location="cuda")
                     if sorted(got) != sorted(tensors) or not all(torch.equal(got[k], tensors[k]) for k in tensors):
@@ -244,7 +264,8 @@ def main():
                "gpu": torch.cuda.get_device_name(), "part_mib": a.part_mib, "streams": a.streams,
                "gbps": results, "median_gbps": medians, "ratios": {}, "failures": failures}
     # The issue's targets: s3gds >= 0.8x raw, >= 2x safetensors, >= 3x torchsave; posix >= 0.8x raw.
-    for a_, b_ in (("s3gds", "raw"), ("s3gds", "safetensors"), ("s3gds", "torchsave"), ("posix", "raw")):
+    for a_, b_ in (("s3gds", "raw"), ("s3gds", "safetensors"), ("s3gds", "torchsave"), ("s3gds", "s3torch"),
+                   ("posix", "raw")):
         if medians.get(a_) and medians.get(b_):
             summary["ratios"][f"{a_}/{b_}"] = round(medians[a_] / medians[b_], 3)
     log(summary)

@@ -101,7 +101,10 @@ func TestMmapReadByFourThreadsIsFedAhead(t *testing.T) {
 	const size = 256 << 20
 	sum := srv.PutRandomObject(t, "data", "map.bin", size, 82)
 	gets := &rangeLog{}
-	mp, d := mountOf(t, srv, "data", nil, mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
+	// 1 MiB requests and readahead: each thread's faults a run of many
+	// reads, as the test's counts assume.
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.MaxRead, c.ReadAhead = 1<<20, 1<<20 },
+		mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
 	path := filepath.Join(mp, "map.bin")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -455,6 +456,66 @@ func TestWriteMkdirThenWriteUnderItAndUnlink(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "w.bin")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stat after unlink: %v", err)
+	}
+}
+
+// A writer faster than the server: every part waits a while before the
+// server sees it, so the writer is held back by the parts in flight, and
+// the daemon's block memory never holds more than those parts and the one
+// being filled, far inside --memory-limit; every byte lands.
+func TestWriteFasterThanTheServerStaysWithinItsParts(t *testing.T) {
+	isPart := func(r *http.Request) bool {
+		return r.Method == http.MethodPut && r.URL.Query().Has("partNumber")
+	}
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Rate: 1, Kinds: []faultproxy.Kind{faultproxy.Delay},
+		StallFor: 150 * time.Millisecond, Match: isPart})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	const partSize, memoryLimit = 8 << 20, 512 << 20
+	mp, d := writable(t, srv, "data", partSize, func(c *daemon.Config) {
+		c.S3.Endpoint = proxy.URL
+		c.Core.MemoryLimit, c.Core.CacheSize = memoryLimit, memoryLimit/2
+	})
+	inFlight := int64(d.Core.Config().Writes.PartsInFlight)
+
+	var peak atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if v, err := d.Metrics.Value("block_memory_bytes", ""); err == nil && int64(v) > peak.Load() {
+				peak.Store(int64(v))
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	data := testenv.RandomBytes(12, 0, 96<<20)
+	werr := writeFile(t, filepath.Join(mp, "fast.bin"), data, 4<<20)
+	close(stop)
+	<-sampled
+	if werr != nil {
+		t.Fatalf("close: %v", werr)
+	}
+	if got := s3SHA256(t, srv, "data", "fast.bin"); got != sum(data) {
+		t.Fatal("S3 does not hold the bytes written")
+	}
+	if n := proxy.Counts()["delay"]; n < int64(len(data)/partSize) {
+		t.Fatalf("%d parts delayed, want every one of %d", n, len(data)/partSize)
+	}
+	// The parts being sent, one filled and waiting for a turn, one being filled.
+	bound := (inFlight + 2) * partSize
+	t.Logf("block memory peaked at %d MiB writing %d MiB in %d MiB parts", peak.Load()>>20, len(data)>>20, partSize>>20)
+	if p := peak.Load(); p == 0 || p > bound {
+		t.Errorf("block memory peaked at %d bytes while writing: want some, and at most %d (%d parts in flight, one waiting, one filling) of the %d allowed",
+			p, bound, inFlight, memoryLimit)
 	}
 }
 

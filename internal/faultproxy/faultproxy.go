@@ -55,6 +55,10 @@ const (
 	// and then resets the connection, as a link that breaks mid-upload;
 	// nothing reaches the server. Not among AllKinds: it breaks writes.
 	CutRequest
+	// Delay holds the request for Config.StallFor (unless the client
+	// leaves first) and then forwards it as it is: a slow server, no
+	// fault. Not among AllKinds.
+	Delay
 
 	numKinds
 )
@@ -69,6 +73,7 @@ var kindNames = [...]string{
 	Truncate:     "truncate",
 	LieLength:    "lie_length",
 	CutRequest:   "cut_request",
+	Delay:        "delay",
 }
 
 func (k Kind) String() string {
@@ -255,6 +260,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.count(k)
 		p.stall(r.Context().Done())
 		return
+	case Delay:
+		p.count(k)
+		if !p.wait(r.Context().Done()) {
+			return
+		}
+		k = None
 	case CutRequest:
 		p.count(k)
 		io.CopyN(io.Discard, r.Body, int64(float64(r.ContentLength)*frac))
@@ -388,14 +399,20 @@ func (p *Proxy) breakBody(w http.ResponseWriter, resp *http.Response, k Kind, fr
 }
 
 // stall waits for StallFor, the client leaving, or Close.
-func (p *Proxy) stall(gone <-chan struct{}) {
+func (p *Proxy) stall(gone <-chan struct{}) { p.wait(gone) }
+
+// wait waits Config.StallFor and reports whether it passed: false when the
+// client left or the proxy closed first.
+func (p *Proxy) wait(gone <-chan struct{}) bool {
 	t := time.NewTimer(p.cfg.StallFor)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
 	case <-gone:
 	case <-p.closed:
 	}
+	return false
 }
 
 // clientGone reports when the peer closes a hijacked connection (or the

@@ -170,3 +170,49 @@ func TestSegmentedBodiesComeThroughExact(t *testing.T) {
 		t.Errorf("%d faults injected, want none", p.Injected())
 	}
 }
+
+// A delayed request is forwarded as it is once the delay has passed: the
+// bytes come through exact, counted as a delay; one whose client gives
+// up first never reaches the server.
+func TestDelayedRequestsComeThroughExact(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	srv.PutRandomObject(t, "data", "obj", 64<<10, 8)
+	p, err := Start(srv.Endpoint, Config{Rate: 1, Kinds: []Kind{Delay}, StallFor: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	store, err := objstore.NewMinio(objstore.Config{Endpoint: p.URL, Region: srv.Region,
+		Credentials: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, ""), MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := store.Stat(context.Background(), "data", "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := get(context.Background(), store, 100, 60<<10, obj.Version)
+	if err != nil || !bytes.Equal(got, testenv.RandomBytes(8, 100, 60<<10)) {
+		t.Fatalf("%d bytes, %v: want the object's", len(got), err)
+	}
+	if c := p.Counts(); c["delay"] != 1 {
+		t.Errorf("counts %s, want one delay", faultstore.SortedFaultCounts(c))
+	}
+
+	slow, err := Start(srv.Endpoint, Config{Rate: 1, Kinds: []Kind{Delay}, StallFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	store, err = objstore.NewMinio(objstore.Config{Endpoint: slow.URL, Region: srv.Region,
+		Credentials: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, ""), MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := get(ctx, store, 0, 1024, obj.Version); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a client that gives up during the delay: %v, want its deadline", err)
+	}
+}

@@ -38,6 +38,7 @@ from ._abi import (  # noqa: F401 (re-exported)
     XATTR_ETAG,
     XATTR_STATS,
 )
+from ._files import discard as _discard
 from ._hostbuffer import HostBuffer
 from ._version import __version__
 from .checkpoint import LoadStats, SaveStats, load_safetensors, save_safetensors
@@ -298,11 +299,7 @@ def write_from(src: Any, path_or_fd: Union[str, "os.PathLike[str]", int], length
         if own:
             # Closing would upload what was taken: remove the file, so that a
             # failed write_from of a path leaves no partial object.
-            for op in (lambda: os.close(fd), lambda: os.unlink(path)):
-                try:
-                    op()
-                except OSError:
-                    pass
+            _discard(fd, path)
         raise
     if own:
         os.close(fd)  # the upload ends here; its failure raises

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from . import _landing
+from ._files import discard
 
 if TYPE_CHECKING:
     import torch
@@ -481,11 +482,7 @@ def save_safetensors(tensors: Dict[str, "torch.Tensor"], path: PathLike,
     except BaseException:
         # Closing uploads what was written: remove the file so that no partial
         # checkpoint stays behind.
-        for op in (lambda: os.close(fd), lambda: os.unlink(path)):
-            try:
-                op()
-            except OSError:
-                pass
+        discard(fd, path)
         raise
     try:
         os.close(fd)  # on a mount the upload ends here: a failed one raises EIO

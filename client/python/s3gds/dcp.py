@@ -63,6 +63,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
                       f"pip install torch ({e})") from e
 
 from . import _landing, read_into, write_from
+from ._files import discard
 from ._hostbuffer import HostBuffer
 
 __all__ = ["S3GDSStorageWriter", "S3GDSStorageReader", "DCPStats"]
@@ -169,11 +170,7 @@ class S3GDSStorageWriter(FileSystemWriter):
             if self.sync_files:
                 os.fsync(fd)  # on the mount: the upload completes here
         except BaseException:
-            for op in (lambda: os.close(fd), lambda: os.unlink(path)):
-                try:
-                    op()
-                except OSError:
-                    pass
+            discard(fd, path)
             raise
         finally:
             for h in host:

@@ -1082,6 +1082,24 @@ static struct handle *lookup(CUfileHandle_t fh)
 	return h;
 }
 
+/* ours_io serves a synchronous read or write of a file of ours through the
+ * ioctls: 1 with *ret its answer, or 0 with *rh NVIDIA's handle for the
+ * call to go to (serve fell back and have_real: the real libcufile is
+ * loaded). */
+static int ours_io(struct handle *h, enum op op, CUdeviceptr ptr, size_t size, off_t off, int have_real, ssize_t *ret,
+		   CUfileHandle_t *rh)
+{
+	if (serve(h, op, ptr, size, off, ret) != FALLBACK)
+		return 1;
+	if (!have_real || real_handle(h, rh) != CU_FILE_SUCCESS) {
+		if (!have_real)
+			warn_no_real();
+		return 1;
+	}
+	dbg("%s fd %d: passed to the real libcufile", op_name[op], h->fd);
+	return 0;
+}
+
 EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset, off_t bufPtr_offset)
 {
 	struct handle *h = lookup(fh);
@@ -1093,16 +1111,10 @@ EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off
 	}
 	if (h->ours) {
 		ssize_t ret;
-		CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
-		if (serve(h, OP_READ, dst, size, file_offset, &ret) != FALLBACK)
-			return ret;
 		CUfileHandle_t rh;
-		if (!real || real_handle(h, &rh) != CU_FILE_SUCCESS) {
-			if (!real)
-				warn_no_real();
+		CUdeviceptr dst = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
+		if (ours_io(h, OP_READ, dst, size, file_offset, real != NULL, &ret, &rh))
 			return ret;
-		}
-		dbg("read fd %d: passed to the real libcufile", h->fd);
 		return real(rh, bufPtr_base, size, file_offset, bufPtr_offset);
 	}
 	if (!real) {
@@ -1122,16 +1134,10 @@ EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t si
 	}
 	if (h->ours) {
 		ssize_t ret;
-		CUdeviceptr src = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
-		if (serve(h, OP_WRITE, src, size, file_offset, &ret) != FALLBACK)
-			return ret;
 		CUfileHandle_t rh;
-		if (!real || real_handle(h, &rh) != CU_FILE_SUCCESS) {
-			if (!real)
-				warn_no_real();
+		CUdeviceptr src = (CUdeviceptr)(uintptr_t)bufPtr_base + (CUdeviceptr)bufPtr_offset;
+		if (ours_io(h, OP_WRITE, src, size, file_offset, real != NULL, &ret, &rh))
 			return ret;
-		}
-		dbg("write fd %d: passed to the real libcufile", h->fd);
 		return real(rh, bufPtr_base, size, file_offset, bufPtr_offset);
 	}
 	if (!real) {

@@ -23,10 +23,7 @@ FEW=${FEW:-1,8} # process counts for the second object size, ops and references
 THREADS=8
 source scripts/gpu/lib.sh
 unpack_alt_builds
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+install_wheels
 { nproc; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; } | tee "$OUT/host.txt"
 
 start_store

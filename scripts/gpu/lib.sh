@@ -1,6 +1,6 @@
 # Shared set-up for the scripts that run on the GPU machine (sourced).
 # Needs: OUT. Provides: BIN, EP, MP, start_store, upload, mount_s3gdsfs, unmount_s3gdsfs,
-# unpack_alt_builds.
+# unpack_alt_builds, install_wheels.
 set -euo pipefail
 mkdir -p "$OUT"
 BIN=$(mktemp -d)
@@ -31,6 +31,14 @@ unpack_alt_builds() {
     [ -f "$f" ] || continue
     xz -dc "$f" > "$BIN/$(basename "${f%.xz}")" && chmod +x "$BIN/$(basename "${f%.xz}")"
   done
+}
+
+# install_wheels: the Python packages carried in .whl (the machine has no registry), under
+# /tmp/site on PYTHONPATH.
+install_wheels() {
+  compgen -G ".whl/*.whl" > /dev/null || return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
 }
 
 # versitygw with its posix backend on /dev/shm, as the reference server.

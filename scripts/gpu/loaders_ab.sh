@@ -18,10 +18,7 @@ CHUNK=${CHUNK:-64}
 VARIANTS=${VARIANTS:-"base=s3gdsfs:"}
 source scripts/gpu/lib.sh
 unpack_alt_builds
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+install_wheels
 export PYTHONUNBUFFERED=1
 J=$OUT/loaders.jsonl; : > "$J"
 start_store

@@ -16,10 +16,7 @@ GB=${GB:-8}
 ROUNDS=${ROUNDS:-2}
 RANKS=${RANKS:-8}
 source scripts/gpu/lib.sh
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+install_wheels
 export PYTHONUNBUFFERED=1
 export AWS_ENDPOINT_URL=$EP AWS_EC2_METADATA_DISABLED=true RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0
 start_store

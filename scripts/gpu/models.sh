@@ -20,10 +20,7 @@ GB=${GB:-8}
 THREADS=${THREADS:-16}
 CHUNK=${CHUNK:-64}
 source scripts/gpu/lib.sh
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+install_wheels
 export PYTHONUNBUFFERED=1
 J=$OUT/models.jsonl; : > "$J"
 start_store

@@ -13,10 +13,7 @@ GB=${GB:-8}
 ROUNDS=${ROUNDS:-3}
 PROCS=${PROCS:-8}
 source scripts/gpu/lib.sh
-if compgen -G ".whl/*.whl" > /dev/null; then  # boto3 and its three
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+install_wheels
 export PYTHONUNBUFFERED=1
 start_store
 python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket(Bucket="bench")' 2>/dev/null || true

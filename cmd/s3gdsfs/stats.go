@@ -20,8 +20,8 @@ const statsUsage = `usage: s3gdsfs stats [--json] [--watch SECONDS] PATH
 
 What a mount says about itself (PATH its mount point or a directory on it),
 or about one file on it: bytes read by path (POSIX, spliced, GPU over HTTP or
-RDMA), errors by kind, GPU reads declined by reason, memory in use against
-its limit. --json prints the extended attributes user.s3gdsfs.caps and
+RDMA), bytes written by path and uploads where the mount has written, errors
+by kind, GPU reads declined by reason, memory in use against its limit. --json prints the extended attributes user.s3gdsfs.caps and
 user.s3gdsfs.stats as they are (docs/ioctl.md); --watch prints it again every
 SECONDS until interrupted, each byte count with its GB/s since the print before.
 `
@@ -179,6 +179,19 @@ func statsTable(w io.Writer, path string, raw map[string]json.RawMessage, last *
 		rate(labelled("gpu_read_bytes_total", "rdma"))))
 	row("from S3", fmt.Sprintf("%s in %s requests%s", bytesOf(num(st, "s3_received_bytes_total")),
 		count(sum(labels(st, "s3_requests_total"))), rate(counter("s3_received_bytes_total"))))
+
+	wb, ups := labels(st, "write_bytes_total"), labels(st, "uploads_total")
+	if sum(wb) > 0 || sum(ups) > 0 || num(st, "uploads_in_flight") > 0 {
+		// A mount that has written (--allow-writes): what, and how it ended.
+		fmt.Fprintln(w, "\nwritten, by path")
+		row("write(2)", bytesOf(wb["posix"])+rate(labelled("write_bytes_total", "posix")))
+		row("GPU writes over HTTP", bytesOf(wb["gpu_http"])+rate(labelled("write_bytes_total", "gpu_http")))
+		row("GPU writes over RDMA", bytesOf(wb["gpu_rdma"])+rate(labelled("write_bytes_total", "gpu_rdma")))
+		row("uploads", fmt.Sprintf("%s completed, %s aborted, %s in flight; %s requests retried",
+			count(ups["completed"]), count(ups["aborted"]), count(num(st, "uploads_in_flight")),
+			count(num(st, "upload_part_retries_total"))))
+		row("RDMA parts declined", kinds(labels(st, "gpu_write_declined_total"), labels(st, "gpu_write_declined_bytes_total")))
+	}
 
 	fmt.Fprintln(w, "\nerrors, by kind")
 	row("POSIX reads", kinds(labels(st, "posix_read_errors_total"), nil))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -118,6 +119,40 @@ func TestHelpIsOnStdout(t *testing.T) {
 	}
 	if r := runCLI(t, nil); r.Code != exitUsage || r.Stdout != "" || !strings.Contains(r.Stderr, "usage:") {
 		t.Errorf("s3gdsfs alone: exit %d, stdout %q; want the usage on stderr and exit %d", r.Code, r.Stdout, exitUsage)
+	}
+}
+
+// A mount that has written shows its writes in `s3gdsfs stats`: bytes by
+// path and how the uploads ended; one that has not keeps the table short.
+func TestStatsTableShowsWrites(t *testing.T) {
+	testenv.RequireFUSE(t)
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp := t.TempDir()
+	var stderr lockedBuffer
+	startMount(t, srv, mp, &stderr, "--allow-writes")
+	if r := runCLI(t, nil, "stats", mp); r.Code != 0 || strings.Contains(r.Stdout, "written, by path") {
+		t.Fatalf("stats before any write: exit %d, says writes:\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	body := bytes.Repeat([]byte("checkpoint "), 1000)
+	if err := os.WriteFile(filepath.Join(mp, "ckpt.bin"), body, 0o644); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	r := runCLI(t, nil, "stats", mp)
+	if r.Code != 0 {
+		t.Fatalf("stats: exit %d, %s", r.Code, r.Stderr)
+	}
+	t.Logf("stats:\n%s", r.Stdout)
+	for _, want := range []string{
+		"written, by path",
+		"write(2)               10.7 KiB",
+		"GPU writes over HTTP   0 B",
+		"uploads                1 completed, 0 aborted, 0 in flight; 0 requests retried",
+		"RDMA parts declined    none",
+	} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("stats does not say %q", want)
+		}
 	}
 }
 

@@ -138,11 +138,12 @@ func Default() Config {
 			Config:     rdmaread.DefaultConfig(),
 		},
 		Splice: "auto",
-		// The kernel's readahead, as large as one FUSE request
-		// (FS.MaxRead): a mapping faulted through in order read 1.25-2x
-		// faster with 4 MiB than with 1 MiB on 2 cores, and 16 or 64
-		// MiB no faster than 4 (docs/benchmarks.md, "Defaults and why").
-		ReadAhead: 4 << 20,
+		// With 1 MiB of kernel readahead, a sequential reader through
+		// the page cache sends one request at a time, which a
+		// whole-object stream feeds; 4 MiB sent two at once, which
+		// overtook the stream under load (docs/benchmarks.md, "Defaults
+		// and why").
+		ReadAhead: 1 << 20,
 		Metrics:   MetricsConfig{Addr: DefaultMetricsAddr},
 	}
 	c.Core.Writes.Journal = DefaultUploadJournal()

@@ -5,7 +5,10 @@
 # and parts at once, a POSIX sequential write of the same bytes, and torch.save to local disk
 # plus boto3's upload_file (scripts/gpu/save_bench.py says how); then PROCS processes saving a
 # shard each at once against one alone (scripts/gpu/save_procs.py). GB GB of tensors, ROUNDS rounds.
-# Needs .dev/gpu (make gpu-bundle), torch, safetensors and boto3. Writes save.jsonl, save.json
+# Needs .dev/gpu (make gpu-bundle), torch, safetensors, and in .whl (carried: the machine has
+# no registry) boto3, botocore, s3transfer and jmespath, and for the s3torch method
+# s3torchconnectorclient (its cp312 manylinux wheel) and s3torchconnector (PyPI has only its
+# sdist: `pip wheel --no-deps s3torchconnector==1.5.0 -w .whl`). Writes save.jsonl, save.json
 # and the daemon's log and metrics under $OUT.
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-save}

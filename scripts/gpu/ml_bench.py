@@ -37,8 +37,28 @@ def gen(a):
         tensors[f"layers.{i}.w"] = t.cpu()
         total += t.numel() * t.element_size()
         i += 1
-    save_file(tensors, a.out, metadata={"format": "pt"})
-    print(f"gen: {len(tensors)} tensors, {os.path.getsize(a.out)} bytes", flush=True)
+    if a.shards <= 1:
+        save_file(tensors, a.out, metadata={"format": "pt"})
+        print(f"gen: {len(tensors)} tensors, {os.path.getsize(a.out)} bytes", flush=True)
+        return
+    # A sharded checkpoint as transformers writes one: a directory of
+    # model-0000i-of-0000N.safetensors and model.safetensors.index.json naming each tensor's shard.
+    os.makedirs(a.out, exist_ok=True)
+    groups, acc = [[]], 0  # tensors in order, a shard closed once it holds its share of the bytes
+    for n, t in tensors.items():
+        if acc >= (len(groups)) * total / a.shards and len(groups) < a.shards:
+            groups.append([])
+        groups[-1].append(n)
+        acc += t.numel() * t.element_size()
+    weight_map, total_bytes = {}, 0
+    for k, part in enumerate(groups):
+        shard = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(a.out, shard), metadata={"format": "pt"})
+        total_bytes += os.path.getsize(os.path.join(a.out, shard))
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    print(f"gen: {len(tensors)} tensors in {len(groups)} shards, {total_bytes} bytes", flush=True)
 
 
 def upload(a):
@@ -158,6 +178,7 @@ def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("gen"); p.add_argument("--out", required=True); p.add_argument("--gb", type=float, default=8)
+    p.add_argument("--shards", type=int, default=1, help="above 1: --out is a directory of that many shards and their index")
     p = sub.add_parser("upload")
     for f in ("--endpoint", "--bucket", "--key", "--file"):
         p.add_argument(f, required=True)

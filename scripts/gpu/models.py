@@ -22,9 +22,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 
+def shards_of(index):
+    """The shard files a *.index.json names, beside it."""
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    return [os.path.join(os.path.dirname(index), s) for s in sorted(set(weight_map.values()))]
+
+
 def local_size(a):
-    """The size of the local copy, or of the file itself where --local is "pattern" (fuseread's file)."""
-    return os.path.getsize(a.path if a.local == "pattern" else a.local)
+    """The size of the local copy (of all its shards, for an index), or of the file itself where
+    --local is "pattern" (fuseread's file)."""
+    if a.local == "pattern":
+        return os.path.getsize(a.path)
+    if a.local.endswith(".index.json"):
+        return sum(os.path.getsize(p) for p in shards_of(a.local))
+    return os.path.getsize(a.local)
+
+
+def local_tensors(a):
+    """The local copy's tensors on the GPU, every shard's for an index."""
+    from safetensors.torch import load_file
+    if not a.local.endswith(".index.json"):
+        return load_file(a.local, device="cuda")
+    out = {}
+    for p in shards_of(a.local):
+        out.update(load_file(p, device="cuda"))
+    return out
 
 
 def host_ref(a, n):
@@ -133,7 +156,7 @@ def load(a):
     got = s3gds.load_safetensors(a.path, device="cuda")
     torch.cuda.synchronize()
     secs = time.perf_counter() - t0
-    emit("load_safetensors", a, secs, same_tensors(got, load_file(a.local, device="cuda")))
+    emit("load_safetensors", a, secs, same_tensors(got, local_tensors(a)))
 
 
 def kvikio_pread(a):

@@ -10,7 +10,9 @@
 #   - kvikio's CuFile.pread at its defaults (KVIKIO_COMPAT_MODE=OFF) with libs3gdsfs_cufile.so as
 #     libcufile.so.0, and
 #     in its compatibility mode (POSIX reads, no GPU path);
-#   - torch.cuda.gds.GdsFile.load_storage with the library preloaded.
+#   - torch.cuda.gds.GdsFile.load_storage with the library preloaded;
+#   - with SHARDED_GB (and SHARDS, 4): a sharded checkpoint of that size, s3gds.load_safetensors of
+#     its index twice, against raw ranged GETs of its shards.
 # Every byte is compared with the local copy; the page cache is dropped before each read
 # through the mount. Needs .dev/gpu (make gpu-bundle) and the wheels in .whl for kvikio.
 # Writes models.jsonl and the daemon's log and metrics under $OUT.
@@ -73,14 +75,40 @@ echo "== GPU-read ioctls in order without readahead (--gpu-read-ahead 0), the re
 mount_s3gdsfs models-noahead.log --gpu-read-ahead 0 ${MOUNT_FLAGS:-}
 for c in 4 64; do run ioctl --path $P --local $CKPT --chunk-mib $c --label ioctl-noahead; done
 unmount_s3gdsfs > /dev/null
+if [ "${SHARDED_GB:-0}" != 0 ]; then
+  SHARDS=${SHARDS:-4}
+  echo "== a sharded checkpoint, $SHARDED_GB GB in $SHARDS shards: s3gds.load_safetensors of its index"
+  # Room in memory: the single checkpoint's local copy and object go first.
+  rm -f "$CKPT" "$ROOT/data/bench/ckpt.safetensors"
+  SH=/dev/shm/models-sharded
+  python3 scripts/gpu/ml_bench.py gen --out $SH --gb "$SHARDED_GB" --shards "$SHARDS"
+  keys=
+  for f in $SH/*; do
+    python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key "sharded/$(basename "$f")" --file "$f"
+    case $f in *.safetensors) keys=${keys:+$keys,}sharded/$(basename "$f");; esac
+  done
+  "$BIN/s3load" get --endpoint $EP --bucket bench --keys "$keys" --part $((64 << 20)) --workers 16 \
+    --seconds "${SECS:-6}" > "$OUT/bound_sharded.json"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"kind":"bound_sharded","workers":16,"gbps":r.get("gbps")}))' \
+    "$OUT/bound_sharded.json" | tee -a "$J"
+  drop_page_cache
+  mount_s3gdsfs models-sharded.log ${MOUNT_FLAGS:-}
+  for i in 1 2; do
+    drop_page_cache
+    run load --path $MP/sharded/model.safetensors.index.json --local $SH/model.safetensors.index.json --label load_sharded
+  done
+  unmount_s3gdsfs > /dev/null
+fi
 python3 - "$J" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 bound = max((r["gbps"] or 0) for r in rows if r.get("kind") == "bound")
-print(f"\nbound (best raw ranged GETs of the object): {bound:.2f} GB/s")
+sharded = max([r["gbps"] or 0 for r in rows if r.get("kind") == "bound_sharded"] or [0])
+print(f"\nbound (best raw ranged GETs of the object): {bound:.2f} GB/s" + (f"; of the shards: {sharded:.2f}" if sharded else ""))
 for r in rows:
-    if r.get("kind") in ("bound", "failed"):
+    if r.get("kind") in ("bound", "bound_sharded", "failed"):
         print(r); continue
+    b = sharded if r.get("kind") == "load_sharded" and sharded else bound
     extra = " ".join(f"{k}={r[k]}" for k in ("chunk_mib", "threads", "compat", "task_size") if k in r)
-    print(f"{r['kind']:17s} {r['path'][-40:]:40s} {extra:28s} {r['gbps']:7.2f} GB/s  x{r['gbps'] / bound:.2f} bound  same={r['same']}")
+    print(f"{r['kind']:17s} {r['path'][-40:]:40s} {extra:28s} {r['gbps']:7.2f} GB/s  x{r['gbps'] / b:.2f} bound  same={r['same']}")
 PY

@@ -173,6 +173,56 @@ func TestGPUAheadInOrderReadsSendFewGETs(t *testing.T) {
 	ringBack(t, d, "after the close")
 }
 
+// One handle read as a pool of threads taking 1 MiB tasks in turn reads
+// it (kvikio's): in order, but with tasks that arrive out of it, here
+// every pair after the first four swapped. Readahead follows them (a read
+// in what it holds, or ahead of the last within its window, belongs to the
+// stream) rather than dropping what it fetched at each: as few GETs as
+// reads in order need, most bytes served from it, none dropped, every
+// byte landed.
+func TestGPUAheadFollowsTasksArrivingOutOfOrder(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, step = 64 << 20, 1 << 20
+	srv.PutRandomObject(t, "data", "obj", size, 44)
+	gets := &countedGets{}
+	mp, dir, d := aheadMount(t, srv, 32<<20, func(c *daemon.Config) { c.GPU.Staging.Slots = 96 },
+		mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
+	f, err := os.Open(filepath.Join(mp, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := hostBuffer(t, dir, "buf", size, 0)
+	var order []uint64 // 0, 1, 2, 3, then 5, 4, 7, 6, ...
+	for i := uint64(0); i < size/step; i++ {
+		j := i
+		if i >= 4 {
+			j = i ^ 1
+		}
+		order = append(order, j*step)
+	}
+	for _, off := range order {
+		if res, err := s3gds.Read(f, hostRequest(buf, off, step, off)); err != nil || res.Bytes != step {
+			t.Fatalf("GPU read at %d: %+v, %v", off, res, err)
+		}
+	}
+	checkLanded(t, dir, buf, 0, testenv.RandomBytes(44, 0, size), 0)
+	ioctls := int64(len(order))
+	served := metricAt(t, d, "gpu_read_ahead_served_bytes_total", "")
+	dropped := metricAt(t, d, "gpu_read_ahead_dropped_bytes_total", "")
+	t.Logf("%d ioctls, every pair after the first four swapped: %d GETs, %v bytes served from readahead, %v dropped",
+		ioctls, gets.n.Load(), served, dropped)
+	if g := gets.n.Load(); g > ioctls/4 {
+		t.Errorf("%d GETs for %d ioctls: readahead did not follow the tasks out of order", g, ioctls)
+	}
+	if served < size*3/4 || dropped != 0 {
+		t.Errorf("%v of %d bytes served from readahead, %v dropped: want most served and none dropped", served, size, dropped)
+	}
+	f.Close()
+	ringBack(t, d, "after the close")
+}
+
 // Off (--gpu-read-ahead 0), every ioctl sends its own GETs: the count
 // above is readahead's doing.
 func TestGPUAheadOffSendsAGETPerIoctl(t *testing.T) {

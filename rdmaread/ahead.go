@@ -28,8 +28,13 @@ package rdmaread
 // is thus Streams large GETs in flight while the reader copies from what
 // has landed.
 //
-// What drops it. A read not where the last one ended (a seek, another
-// device or version), the file's close, its process's exit (the callers'
+// Which reads are in order. One that starts where the last one ended, or,
+// since a reader's threads taking tasks in turn send them a little out of
+// order, one that falls in what readahead holds or fetches, or ahead of
+// the last within the window (nearLocked); where the last read ended then
+// moves only forward.
+//
+// What drops it. A read elsewhere (a seek, another device or version), the file's close, its process's exit (the callers'
 // reaper), a read that fails (ESTALE among others), a readahead GET that
 // fails (it is cut where it stopped, and dropped whole on ESTALE), and
 // staging pressure: a read that finds no free slot in the ring makes every
@@ -91,10 +96,15 @@ type Ahead struct {
 	// end is where what segs cover ends; consumed is where the bytes reads
 	// in order took from the slots end.
 	end, consumed int64
-	segs          []*segment // in offset order, contiguous, from the oldest kept
-	running       int        // segments fetching
-	changed       chan struct{}
-	closed        bool
+	// [earlyFrom, earlyTo) is what reads that came ahead of consumed (a
+	// task before the one still due) took from the slots: consumed jumps
+	// past it once a read reaches it, and the slots before it stay for
+	// the read still due. earlyTo 0: none.
+	earlyFrom, earlyTo int64
+	segs               []*segment // in offset order, contiguous, from the oldest kept
+	running            int        // segments fetching
+	changed            chan struct{}
+	closed             bool
 }
 
 type aheadObject struct {
@@ -293,6 +303,7 @@ func (a *Ahead) dropLocked() {
 	a.segs = nil
 	a.window = 0
 	a.end = max(a.next, 0)
+	a.earlyFrom, a.earlyTo = 0, 0
 	if a.dev != nil {
 		a.dev.forget(a)
 	}
@@ -363,7 +374,8 @@ func (a *Ahead) begin(e *Engine, r Request, n int64, stager cufile.Stager) bool 
 		a.e = e
 	}
 	obj := aheadObject{bucket: r.Bucket, key: r.Key, version: r.Version.ID(), size: r.Version.Size}
-	inOrder := a.next >= 0 && a.next == r.Offset && a.device == r.Device && a.object == obj
+	same := a.next >= 0 && a.device == r.Device && a.object == obj
+	inOrder := same && (a.next == r.Offset || a.nearLocked(r.Offset))
 	if !inOrder {
 		a.dropLocked() // a seek, another device or version
 	}
@@ -371,7 +383,11 @@ func (a *Ahead) begin(e *Engine, r Request, n int64, stager cufile.Stager) bool 
 		a.dev = e.aheadDev(r.Device)
 	}
 	a.device, a.object, a.version, a.stager, a.owner = r.Device, obj, r.Version, stager, r.Owner
-	a.next = r.Offset + n
+	if inOrder {
+		a.next = max(a.next, r.Offset+n) // a task that came early or late moves nothing back
+	} else {
+		a.next = r.Offset + n
+	}
 	if len(a.segs) == 0 {
 		// Nothing kept: what is read ahead starts after this read.
 		a.end, a.consumed = a.next, a.next
@@ -389,6 +405,38 @@ func (a *Ahead) begin(e *Engine, r Request, n int64, stager cufile.Stager) bool 
 	a.readLen = n
 	a.topUpLocked()
 	return len(a.segs) > 0
+}
+
+// tookLocked notes that a read took [from, to) from the slots. One that
+// starts at or before consumed moves it on, past what reads that came early
+// took if it now reaches them; one past consumed is a task that came early.
+func (a *Ahead) tookLocked(from, to int64) {
+	if from > a.consumed {
+		if a.earlyTo == 0 || from > a.earlyTo || to < a.earlyFrom {
+			a.earlyFrom, a.earlyTo = from, to // a new run (an older one is swept once consumed passes it)
+		} else {
+			a.earlyFrom, a.earlyTo = min(a.earlyFrom, from), max(a.earlyTo, to)
+		}
+		return
+	}
+	a.consumed = max(a.consumed, to)
+	if a.earlyTo != 0 && a.earlyFrom <= a.consumed {
+		a.consumed = max(a.consumed, a.earlyTo)
+		a.earlyFrom, a.earlyTo = 0, 0
+	}
+}
+
+// nearLocked reports whether a read at off that does not start where the
+// last one ended still belongs to the file's reads in order: it falls in
+// what readahead holds or is fetching, or ahead of the last read within
+// the window. A reader's threads taking tasks in turn (kvikio's pool) send
+// them a little out of order; dropping what was fetched at each would
+// leave them a GET per read.
+func (a *Ahead) nearLocked(off int64) bool {
+	if a.window > 0 && off > a.next && off < a.next+a.window {
+		return true
+	}
+	return a.segAtLocked(off) != nil
 }
 
 // topUp tops up the range ahead after a read has given its slots back.
@@ -668,7 +716,7 @@ loop:
 		rf.s.refs[rf.i]--
 	}
 	if err == nil {
-		a.consumed = max(a.consumed, pos)
+		a.tookLocked(r.Offset, pos)
 	} else {
 		pos = r.Offset
 	}

@@ -53,8 +53,9 @@ def local_tensors(a):
 def host_ref(a, n):
     """The local copy's bytes in host memory; for "pattern", byte i is i*7 mod 256 (bench/fuseread)."""
     import torch
-    if a.local == "pattern":
-        return ((torch.arange(n, dtype=torch.int64) * 7) & 255).to(torch.uint8)
+    if a.local == "pattern":  # i*7 mod 256 repeats every 256 bytes
+        tile = ((torch.arange(256, dtype=torch.int64) * 7) & 255).to(torch.uint8)
+        return tile.repeat(n // 256 + 1)[:n]
     return torch.from_file(a.local, size=n, dtype=torch.uint8)
 
 

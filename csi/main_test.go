@@ -1,13 +1,11 @@
 package csi
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -40,31 +38,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is the log of the driver and its daemons, read by tests
-// (that it holds no secret).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // node is a driver serving on a unix socket in a temporary directory,
 // with a client connected to it as kubelet is.
 type node struct {
 	dir     string
 	sock    string
-	log     *syncBuffer
+	log     *testenv.SyncBuffer
 	volumes *Volumes
 	client  csi.NodeClient
 	ctrl    csi.ControllerClient
@@ -74,7 +53,7 @@ type node struct {
 // the real command with mountFlags before each volume's options.
 func startNode(t *testing.T, mountFlags ...string) *node {
 	t.Helper()
-	n := &node{dir: t.TempDir(), log: &syncBuffer{}}
+	n := &node{dir: t.TempDir(), log: &testenv.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	n.volumes = NewVolumes(Launcher{
 		Binary:     s3gdsfsBin,

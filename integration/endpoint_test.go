@@ -113,7 +113,7 @@ func TestListingThatIsNotS3IsEIO(t *testing.T) {
 		srv.PutObject(t, "data", k, []byte(k))
 	}
 	endpoint, mode := notS3Proxy(t, srv.Endpoint)
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = endpoint
 		c.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -300,7 +300,7 @@ func TestKeysNotUTF8AreNotServed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bucketDir, "dir\xfe", "inner"), []byte("inner"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})

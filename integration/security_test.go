@@ -106,24 +106,6 @@ func TestMountHasNoAllowOtherUnlessAsked(t *testing.T) {
 	}
 }
 
-// syncBuffer collects a daemon's log lines from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The secret key never appears in the daemon's log at debug level, in its
 // errors, its metrics or profiles, or in any extended attribute, also when
 // requests fail in every way, GPU reads are refused, and a mount is
@@ -139,7 +121,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	proxy := startProxy(t, srv.Endpoint, faultproxy.Config{Seed: 5, Rate: 0,
 		Kinds: []faultproxy.Kind{faultproxy.Reset, faultproxy.Status500, faultproxy.Status503, faultproxy.Truncate, faultproxy.LieLength},
 		Match: func(*http.Request) bool { return true }})
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	mp, bufDir, d := releasedGPUMount(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = proxy.URL
 		c.Metrics.Addr = "127.0.0.1:0"

@@ -92,7 +92,7 @@ func TestStoreDownIsLoggedAndItsReturnToo(t *testing.T) {
 	srv.PutObject(t, "data", "a.txt", []byte("aaaa"))
 	srv.PutObject(t, "data", "b.txt", []byte("bbbb"))
 	store := newSwitchableStore(t, strings.TrimPrefix(srv.Endpoint, "http://"))
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	mp, _ := mountOf(t, srv, "data", func(c *daemon.Config) {
 		c.S3.Endpoint = "http://" + store.addr
 		c.Core.MetaTTL, c.Core.NegativeTTL = 0, 0 // every stat asks the store

@@ -445,6 +445,12 @@ func ctxErr(ctx context.Context, err error) error {
 // rawError turns an error reply into the package's errors, as classify does
 // for minio-go's.
 func rawError(resp *http.Response, bucket, key string) error {
+	return classify(errorReply(resp, bucket, key), bucket, key)
+}
+
+// errorReply reads an S3 error reply (its XML Code and Message, or the
+// status's text where it has none) as minio-go reports one.
+func errorReply(resp *http.Response, bucket, key string) minio.ErrorResponse {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e struct {
 		Code    string `xml:"Code"`
@@ -454,9 +460,8 @@ func rawError(resp *http.Response, bucket, key string) error {
 	if e.Code == "" {
 		e.Code = strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "")
 	}
-	er := minio.ErrorResponse{Code: e.Code, Message: e.Message, StatusCode: resp.StatusCode,
+	return minio.ErrorResponse{Code: e.Code, Message: e.Message, StatusCode: resp.StatusCode,
 		BucketName: bucket, Key: key}
-	return classify(er, bucket, key)
 }
 
 // contentRangeStart parses the first byte out of "bytes a-b/total".

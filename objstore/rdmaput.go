@@ -2,7 +2,6 @@ package objstore
 
 import (
 	"context"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 	"github.com/minio/minio-go/v7/pkg/signer"
 	"github.com/s3gdsfs/s3gdsfs/rdmatoken"
@@ -167,16 +165,7 @@ func readRDMAPutReply(resp *http.Response, p PartTarget) (RDMAPutReply, error) {
 // putError turns an error reply to an UploadPart with a token into a
 // decline (501), ErrTokenRejected, or the package's errors.
 func putError(resp *http.Response, p PartTarget) error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e struct {
-		Code    string `xml:"Code"`
-		Message string `xml:"Message"`
-	}
-	xml.Unmarshal(body, &e)
-	if e.Code == "" {
-		e.Code = strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "")
-	}
-	er := minio.ErrorResponse{Code: e.Code, Message: e.Message, StatusCode: resp.StatusCode, BucketName: p.Bucket, Key: p.Key}
+	er := errorReply(resp, p.Bucket, p.Key)
 	if (er.StatusCode == http.StatusBadRequest || er.StatusCode == http.StatusForbidden) && namesToken(er) {
 		return fmt.Errorf("%w (%d %s: %s)", ErrTokenRejected, er.StatusCode, er.Code, er.Message)
 	}

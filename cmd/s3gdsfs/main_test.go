@@ -432,27 +432,9 @@ func TestStartupAgainstSilentEndpointFailsWithinItsBound(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startMount runs the built command in the foreground and waits until it
 // reports the mount; the process is killed at the end of the test.
-func startMount(t *testing.T, srv *testenv.Server, mp string, stderr *lockedBuffer, extra ...string) *exec.Cmd {
+func startMount(t *testing.T, srv *testenv.Server, mp string, stderr *testenv.SyncBuffer, extra ...string) *exec.Cmd {
 	t.Helper()
 	args := append([]string{"mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off"}, extra...)
 	cmd := exec.Command(binary, append(args, mp)...)
@@ -490,7 +472,7 @@ func TestMountAfterSIGKILLDetachesTheDeadMount(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	srv.PutObject(t, "data", "a.txt", []byte("alive\n"))
 	mp := t.TempDir()
-	var first lockedBuffer
+	var first testenv.SyncBuffer
 	cmd := startMount(t, srv, mp, &first, "--meta-ttl", "60s")
 	if _, err := os.Stat(mp); err != nil { // the root's attributes now cached
 		t.Fatal(err)
@@ -500,7 +482,7 @@ func TestMountAfterSIGKILLDetachesTheDeadMount(t *testing.T) {
 	if _, err := os.Stat(mp); err != nil {
 		t.Logf("stat of the dead mount: %v", err)
 	}
-	var second lockedBuffer
+	var second testenv.SyncBuffer
 	startMount(t, srv, mp, &second, "--meta-ttl", "60s")
 	if !strings.Contains(second.String(), "detached a dead FUSE mount") {
 		t.Errorf("the second mount logged no detach of the dead one:\n%s", second.String())
@@ -519,7 +501,7 @@ func TestMountOverALiveMountFails(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	mp := t.TempDir()
-	var first lockedBuffer
+	var first testenv.SyncBuffer
 	startMount(t, srv, mp, &first)
 	r := runCLI(t, credsEnv(srv), "mount", "--endpoint", srv.Endpoint, "--bucket", "data", "--metrics-addr", "off", mp)
 	if r.Code != exitFailure || !strings.Contains(r.Stderr, "live s3gdsfs mount (s3gdsfs:data)") {
@@ -538,7 +520,7 @@ func TestShutdownWithAFileOpenSaysWhyAndASecondSignalExits(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	srv.PutObject(t, "data", "held.txt", []byte("held\n"))
 	mp := t.TempDir()
-	var stderr lockedBuffer
+	var stderr testenv.SyncBuffer
 	cmd := startMount(t, srv, mp, &stderr)
 	f, err := os.Open(filepath.Join(mp, "held.txt"))
 	if err != nil {
@@ -617,7 +599,7 @@ func TestMountPeakMemoryStaysNearTheMemoryLimit(t *testing.T) {
 	}
 	mp := t.TempDir()
 	const limit = 256 << 20
-	var stderr lockedBuffer
+	var stderr testenv.SyncBuffer
 	// Half the block memory caches blocks (the default 1 GiB is more than
 	// --memory-limit allows): it stays live through the lookups.
 	const slots, slotSize = 16, 1 << 20 // the staging ring: 16 MiB

@@ -32,7 +32,7 @@ func TestShutdownReportsOnceAndSaysWhenItExits(t *testing.T) {
 
 	t.Run("a file open", func(t *testing.T) {
 		mp := t.TempDir()
-		var stderr lockedBuffer
+		var stderr testenv.SyncBuffer
 		cmd := startMount(t, srv, mp, &stderr)
 		f, err := os.Open(filepath.Join(mp, "held.txt"))
 		if err != nil {
@@ -74,7 +74,7 @@ func TestShutdownReportsOnceAndSaysWhenItExits(t *testing.T) {
 
 	t.Run("no file open", func(t *testing.T) {
 		mp := t.TempDir()
-		var stderr lockedBuffer
+		var stderr testenv.SyncBuffer
 		cmd := startMount(t, srv, mp, &stderr)
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()

@@ -129,7 +129,7 @@ func TestStatsTableShowsWrites(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
 	mp := t.TempDir()
-	var stderr lockedBuffer
+	var stderr testenv.SyncBuffer
 	startMount(t, srv, mp, &stderr, "--allow-writes")
 	if r := runCLI(t, nil, "stats", mp); r.Code != 0 || strings.Contains(r.Stdout, "written, by path") {
 		t.Fatalf("stats before any write: exit %d, says writes:\n%s%s", r.Code, r.Stdout, r.Stderr)
@@ -165,7 +165,7 @@ func TestStatsTable(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	srv.PutObject(t, "data", "hello.txt", []byte("hello\n"))
 	mp := t.TempDir()
-	var stderr lockedBuffer
+	var stderr testenv.SyncBuffer
 	startMount(t, srv, mp, &stderr, "--memory-limit", "64MiB")
 	if b, err := os.ReadFile(filepath.Join(mp, "hello.txt")); err != nil || string(b) != "hello\n" {
 		t.Fatalf("read: %q, %v", b, err)

@@ -50,7 +50,7 @@ func TestKilledDaemonsUploadIsAbortedAtNextStart(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	mp, journal := t.TempDir(), t.TempDir()
 	flags := []string{"--allow-writes", "--write-part-size", "5MiB", "--upload-journal", journal}
-	var first lockedBuffer
+	var first testenv.SyncBuffer
 	cmd := startMount(t, srv, mp, &first, flags...)
 	f, err := os.Create(filepath.Join(mp, "ckpt.bin"))
 	if err != nil {
@@ -77,7 +77,7 @@ func TestKilledDaemonsUploadIsAbortedAtNextStart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(srv.Dir, "data", "ckpt.bin")); !os.IsNotExist(err) {
 		t.Fatalf("a killed upload left an object: %v", err)
 	}
-	var second lockedBuffer
+	var second testenv.SyncBuffer
 	startMount(t, srv, mp, &second, flags...)
 	if n := uploads(); n != 0 {
 		t.Fatalf("%d multipart uploads open after the next start, want 0:\n%s", n, second.String())

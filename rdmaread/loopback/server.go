@@ -210,13 +210,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, t *target) {
 			st.Short++
 		}
 	})
-	h := w.Header()
-	copyHeader(h, resp.Header)
-	h.Set(replyHeader, strconv.Itoa(resp.StatusCode))
-	h.Set(bytesHeader, strconv.FormatInt(wrote, 10))
-	h.Set("Content-Length", "0")
-	h.Del("Content-Type")
-	w.WriteHeader(resp.StatusCode)
+	writeRDMAReply(w, resp, wrote)
 }
 
 // servePut turns a PUT (an UploadPart or a whole object) with a token and
@@ -283,11 +277,19 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, t *target) {
 			st.Short++
 		}
 	})
+	writeRDMAReply(w, resp, want)
+}
+
+// writeRDMAReply answers as an RDMA-serving server does: the upstream
+// reply's headers and status, the bytes moved over the fabric in the RDMA
+// headers, and no body.
+func writeRDMAReply(w http.ResponseWriter, resp *http.Response, moved int64) {
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	h.Set(replyHeader, strconv.Itoa(resp.StatusCode))
-	h.Set(bytesHeader, strconv.FormatInt(want, 10))
+	h.Set(bytesHeader, strconv.FormatInt(moved, 10))
 	h.Set("Content-Length", "0")
+	h.Del("Content-Type")
 	w.WriteHeader(resp.StatusCode)
 }
 

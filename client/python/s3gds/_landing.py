@@ -79,10 +79,15 @@ class Choice:
     reason: str  # why, in words
 
 
-def choose(path: str, device: Any, method: str = "auto") -> Choice:
-    """How to land the bytes of path on device (see the module's doc)."""
+def check_method(method: str) -> None:
+    """ValueError naming the choices unless method is one of METHODS."""
     if method not in METHODS:
         raise ValueError(f"method {method!r}: use one of {', '.join(METHODS)}")
+
+
+def choose(path: str, device: Any, method: str = "auto") -> Choice:
+    """How to land the bytes of path on device (see the module's doc)."""
+    check_method(method)
     dev_type = _device_type(device)
     if method == "posix":
         return Choice("posix", "posix", "method='posix' was asked for")

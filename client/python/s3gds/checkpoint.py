@@ -456,8 +456,7 @@ def save_safetensors(tensors: Dict[str, "torch.Tensor"], path: PathLike,
 
     start = time.perf_counter()
     path = os.fspath(path)
-    if method not in _landing.METHODS:
-        raise ValueError(f"method {method!r}: use one of {', '.join(_landing.METHODS)}")
+    _landing.check_method(method)
     stats = SaveStats(path=path)
     outs = _save_entries(tensors, stats)
     header = _save_header(outs, metadata)

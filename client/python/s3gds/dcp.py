@@ -103,8 +103,7 @@ class S3GDSStorageWriter(FileSystemWriter):
     """
 
     def __init__(self, path: Any, *args: Any, method: str = "auto", **kwargs: Any) -> None:
-        if method not in _landing.METHODS:
-            raise ValueError(f"method {method!r}: use one of {', '.join(_landing.METHODS)}")
+        _landing.check_method(method)
         super().__init__(path, *args, **kwargs)
         self.method = method
         self.stats = DCPStats()
@@ -225,8 +224,7 @@ class S3GDSStorageReader(FileSystemReader):
     """
 
     def __init__(self, path: Any, *args: Any, method: str = "auto", **kwargs: Any) -> None:
-        if method not in _landing.METHODS:
-            raise ValueError(f"method {method!r}: use one of {', '.join(_landing.METHODS)}")
+        _landing.check_method(method)
         super().__init__(path, *args, **kwargs)
         self.method = method
         self.stats = DCPStats()

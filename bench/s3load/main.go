@@ -3,6 +3,8 @@
 // carried to machines without Go.
 //
 //	s3load put --endpoint URL --bucket B --prefix P --count N --size BYTES [--seed S]
+//	s3load upload --endpoint URL --bucket B --key K --size BYTES --part BYTES --workers W
+//	           [--rounds R] [--unsigned]
 //	s3load get --endpoint URL --bucket B --keys k1,k2,... --workers W [--seconds T]
 //	           [--ring N | --device GPU [--device-copy=false] [--slot-size BYTES]
 //	           [--copy-streams N]] [--part BYTES] [--read-buffer BYTES]
@@ -10,6 +12,10 @@
 // With --device each body lands in a device buffer of its worker through
 // pinned slots, as the daemon's GPU path does (device.go): the bound of that
 // design without the daemon.
+//
+// upload is the reference for writes: one multipart upload of --size bytes
+// from host memory, --workers parts at once, the time of the parts and of
+// the completion (a server may copy every part then) given apart.
 //
 // Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
 // Output is one JSON object on stdout.
@@ -39,7 +45,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: s3load put|get [flags]")
+		fmt.Fprintln(os.Stderr, "usage: s3load put|get|upload [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -48,8 +54,10 @@ func main() {
 		err = put(os.Args[2:])
 	case "get":
 		err = get(os.Args[2:])
+	case "upload":
+		err = upload(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: use put or get", os.Args[1])
+		err = fmt.Errorf("unknown command %q: use put, get or upload", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "s3load:", err)

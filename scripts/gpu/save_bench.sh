@@ -20,6 +20,16 @@ install_wheels
 export PYTHONUNBUFFERED=1
 start_store
 python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket(Bucket="bench")' 2>/dev/null || true
+# The store's own rate for uploads: s3load's multipart uploads from host memory, the daemon's
+# part size and parts at once (16 MiB, 4), and larger shapes, each with the parts' time and the
+# completion's (a server that joins the parts by copying them pays it once per object).
+ref() { "$BIN/s3load" upload --endpoint $EP --bucket bench --size "$(python3 -c "print(int($GB * 1e9))")" \
+  --part $(($1 << 20)) --workers "$2" --rounds "${REF_ROUNDS:-2}" ${3:-} | tee -a "$OUT/upload_ref.jsonl"; }
+: > "$OUT/upload_ref.jsonl"
+for shape in ${REF_SHAPES:-16:4 16:16 64:16 16:4:--unsigned}; do
+  IFS=: read -r mib workers extra <<< "$shape"
+  ref "$mib" "$workers" "$extra"
+done
 mount_s3gdsfs s3gdsfs.log --allow-writes ${MOUNT_FLAGS:-}
 rc=0
 python3 scripts/gpu/save_bench.py --mount "$MP" --endpoint $EP --bucket bench --gb "$GB" --rounds "$ROUNDS" \
@@ -33,6 +43,18 @@ python3 - "$OUT" <<'PY' || true
 import sys, urllib.request
 text = urllib.request.urlopen("http://127.0.0.1:9737/metrics").read().decode()
 open(sys.argv[1] + "/metrics.txt", "w").write(text)
+PY
+python3 - "$OUT" <<'PY' || true
+import json, statistics, sys
+out = sys.argv[1]
+refs = [json.loads(l) for l in open(out + "/upload_ref.jsonl") if l.startswith("{")]
+save = json.load(open(out + "/save.json"))["median_gbps"]
+for r in refs:
+    shape = f'{r["part"] >> 20} MiB x {r["workers"]}' + (" unsigned" if r["unsigned"] else "")
+    parts = statistics.median(x["parts_gbps"] for x in r["rounds"])
+    done = statistics.median(x["complete_seconds"] for x in r["rounds"])
+    ratios = " ".join(f"{m} {g / r['median_gbps']:.2f}x" for m, g in save.items())
+    print(f"s3load upload {shape}: {r['median_gbps']:.3f} GB/s (parts {parts:.3f} GB/s, completion {done:.2f} s): {ratios}")
 PY
 grep -v '^#' "$OUT/metrics.txt" | grep -E 's3gdsfs_(write_bytes|uploads|upload_part_retries)' | tee "$OUT/write_counters.txt" || true
 unmount_s3gdsfs | tee "$OUT/daemon_memory.txt"

@@ -406,6 +406,175 @@ func TestWriteRenameOfJustWrittenFile(t *testing.T) {
 	}
 }
 
+// smallCopies makes a rename copy an object past 8 MiB in parts of 5 MiB,
+// as it copies one past what one CopyObject takes with the defaults.
+func smallCopies(c *daemon.Config) {
+	c.Core.Writes.CopyLimit = 8 << 20
+	c.Core.Writes.CopyPartSize = 5 << 20
+}
+
+// copyParts is how many parts of 5 MiB a copy of the 23 MiB objects of
+// these tests takes.
+const copyObjectSize, copyParts = 23<<20 + 12345, 5
+
+// isCopyPart matches the UploadPartCopy of part number.
+func isCopyPart(number string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		return r.Method == http.MethodPut && r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == number
+	}
+}
+
+// A rename of an object larger than one CopyObject takes is a copy in
+// parts on the server: the new name holds the bytes, the old one nothing,
+// and no multipart upload stays open.
+func TestWriteRenameLargeObjectCopiesInParts(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	want := srv.PutRandomObject(t, "data", "big.bin", copyObjectSize, 21)
+	mp, d := writable(t, srv, "data", 8<<20, smallCopies)
+	if err := os.Rename(filepath.Join(mp, "big.bin"), filepath.Join(mp, "moved.bin")); err != nil {
+		t.Fatalf("rename: %v", err)
+	}
+	if got := s3SHA256(t, srv, "data", "moved.bin"); got != want {
+		t.Fatalf("S3 holds %s under the new name, want %s", got, want)
+	}
+	if got := fileSHA256(t, filepath.Join(mp, "moved.bin"), 1<<20); got != want {
+		t.Fatalf("the mount reads %s under the new name, want %s", got, want)
+	}
+	if s3Exists(t, srv, "data", "big.bin") {
+		t.Error("S3 still holds the old name")
+	}
+	if _, err := os.Stat(filepath.Join(mp, "big.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("old name after rename: %v, want ENOENT", err)
+	}
+	if n := metricAt(t, d, "s3_requests_total", "upload_part_copy,ok"); n != copyParts {
+		t.Errorf("%v parts copied, want %d", n, copyParts)
+	}
+	if n := metricAt(t, d, "s3_requests_total", "copy,ok"); n != 0 {
+		t.Errorf("%v CopyObjects, want none", n)
+	}
+	if left := openUploads(t, srv, "data"); len(left) != 0 {
+		t.Fatalf("multipart uploads left open: %v", left)
+	}
+}
+
+// safetensors' save_file: a temporary name, sized first with ftruncate,
+// written in order, renamed while still open, then closed. The close
+// uploads the file, then copies it in parts to its new name.
+func TestWriteRenameWhileOpenLargeLikeSafetensors(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	mp, d := writable(t, srv, "data", 8<<20, smallCopies)
+	body := testenv.RandomBytes(22, 0, copyObjectSize)
+	tmp, final := filepath.Join(mp, ".tmpa1b2c3"), filepath.Join(mp, "model.safetensors")
+	f, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(len(body))); err != nil {
+		t.Fatalf("ftruncate: %v", err)
+	}
+	for off := 0; off < len(body); off += 1 << 20 {
+		if _, err := f.Write(body[off:min(off+1<<20, len(body))]); err != nil {
+			t.Fatalf("write at %d: %v", off, err)
+		}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		t.Fatalf("rename while open: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if got := s3SHA256(t, srv, "data", "model.safetensors"); got != sum(body) {
+		t.Fatalf("S3 holds %s under the new name, wrote %s", got, sum(body))
+	}
+	if got := fileSHA256(t, final, 1<<20); got != sum(body) {
+		t.Fatalf("the mount reads %s under the new name, wrote %s", got, sum(body))
+	}
+	if s3Exists(t, srv, "data", ".tmpa1b2c3") {
+		t.Error("S3 holds the temporary name")
+	}
+	if names := readDirNames(t, mp); !slices.Equal(names, []string{"model.safetensors"}) {
+		t.Errorf("listing after close: %v", names)
+	}
+	if n := metricAt(t, d, "s3_requests_total", "upload_part_copy,ok"); n != copyParts {
+		t.Errorf("%v parts copied, want %d", n, copyParts)
+	}
+	if left := openUploads(t, srv, "data"); len(left) != 0 {
+		t.Fatalf("multipart uploads left open: %v", left)
+	}
+}
+
+// A copy in parts whose third part keeps failing is aborted: no multipart
+// upload is left open and the new name holds nothing. A closed object's
+// rename answers EIO and leaves it whole under its name; a file renamed
+// while written fails its close with EIO, and neither name holds it.
+func TestWriteRenameLargeCopyFailureLeavesNothing(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "closed", true: "while_written"}[open], func(t *testing.T) {
+			srv := testenv.Start(t)
+			srv.CreateBucket(t, "data")
+			proxy, err := faultproxy.Start(srv.Endpoint, faultproxy.Config{Rate: 1, Kinds: []faultproxy.Kind{faultproxy.Status500}, Match: isCopyPart("3")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxy.Close)
+			mp, d := writable(t, srv, "data", 8<<20, func(c *daemon.Config) {
+				smallCopies(c)
+				c.S3.Endpoint = proxy.URL
+			})
+			src, dst := filepath.Join(mp, "src.bin"), filepath.Join(mp, "dst.bin")
+			if !open {
+				want := srv.PutRandomObject(t, "data", "src.bin", copyObjectSize, 23)
+				if err := os.Rename(src, dst); !errors.Is(err, syscall.EIO) {
+					t.Fatalf("rename: %v, want EIO", err)
+				}
+				if got := s3SHA256(t, srv, "data", "src.bin"); got != want {
+					t.Fatalf("the source holds %s after the failed rename, want %s", got, want)
+				}
+				if got := fileSHA256(t, src, 1<<20); got != want {
+					t.Fatalf("the mount reads %s under the old name, want %s", got, want)
+				}
+			} else {
+				f, err := os.Create(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.Write(testenv.RandomBytes(24, 0, copyObjectSize)); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(src, dst); err != nil {
+					t.Fatalf("rename while open: %v", err)
+				}
+				if err := f.Close(); !errors.Is(err, syscall.EIO) {
+					t.Fatalf("close: %v, want EIO", err)
+				}
+				if s3Exists(t, srv, "data", "src.bin") {
+					t.Error("S3 holds the name the file was uploaded as")
+				}
+				if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the mount shows the old name: %v", err)
+				}
+			}
+			if proxy.Injected() == 0 {
+				t.Fatal("no fault was injected")
+			}
+			if n := metricSum(t, d, "upload_part_retries_total"); n == 0 {
+				t.Error("no copy part was retried")
+			}
+			if s3Exists(t, srv, "data", "dst.bin") {
+				t.Error("the failed copy left the new name")
+			}
+			if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the mount shows the new name: %v", err)
+			}
+			if left := openUploads(t, srv, "data"); len(left) != 0 {
+				t.Fatalf("multipart uploads left open: %v", left)
+			}
+		})
+	}
+}
+
 func TestWriteMkdirThenWriteUnderItAndUnlink(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")

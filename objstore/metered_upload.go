@@ -67,6 +67,13 @@ func (s MeteredUploader) CopyObject(ctx context.Context, bucket, src, dst string
 	return v, err
 }
 
+func (s MeteredUploader) UploadPartCopy(ctx context.Context, bucket, src, srcETag, dst, uploadID string, number int, off, length int64) (CompletedPart, error) {
+	start := time.Now()
+	p, err := s.Inner.UploadPartCopy(ctx, bucket, src, srcETag, dst, uploadID, number, off, length)
+	s.observe("upload_part_copy", start, err)
+	return p, err
+}
+
 func (s MeteredUploader) DeleteObject(ctx context.Context, bucket, key string) error {
 	start := time.Now()
 	err := s.Inner.DeleteObject(ctx, bucket, key)

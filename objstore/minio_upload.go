@@ -89,6 +89,19 @@ func (m *Minio) CopyObject(ctx context.Context, bucket, src, dst string) (Versio
 	return Version{ETag: cleanETag(info.ETag), Size: info.Size, LastModified: info.LastModified}, nil
 }
 
+// UploadPartCopy implements Uploader.
+func (m *Minio) UploadPartCopy(ctx context.Context, bucket, src, srcETag, dst, uploadID string, number int, off, length int64) (CompletedPart, error) {
+	var hdr map[string]string
+	if srcETag != "" {
+		hdr = map[string]string{"x-amz-copy-source-if-match": `"` + srcETag + `"`}
+	}
+	p, err := m.getCore.CopyObjectPart(ctx, bucket, src, bucket, dst, uploadID, number, off, length, hdr)
+	if err != nil {
+		return CompletedPart{}, classifyWrite(err, bucket, dst)
+	}
+	return CompletedPart{Number: number, ETag: p.ETag}, nil
+}
+
 // DeleteObject implements Uploader.
 func (m *Minio) DeleteObject(ctx context.Context, bucket, key string) error {
 	if err := m.getCore.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{}); err != nil {

@@ -28,8 +28,15 @@ type Uploader interface {
 	AbortMultipart(ctx context.Context, bucket, key, uploadID string) error
 	// ListMultipart lists the uploads in progress under prefix.
 	ListMultipart(ctx context.Context, bucket, prefix string) ([]PendingUpload, error)
-	// CopyObject copies src to dst within bucket on the server.
+	// CopyObject copies src to dst within bucket on the server, in one
+	// request: src may be at most MaxCopyObject.
 	CopyObject(ctx context.Context, bucket, src, dst string) (Version, error)
+	// UploadPartCopy makes part number of the upload of dst the length
+	// bytes of src from off, copied on the server: how an object larger
+	// than one CopyObject takes is copied. srcETag, unless "", is the
+	// version of src the part must come from (ErrChanged otherwise), so
+	// that the parts of one copy are of one version.
+	UploadPartCopy(ctx context.Context, bucket, src, srcETag, dst, uploadID string, number int, off, length int64) (CompletedPart, error)
 	// DeleteObject removes key; a key that does not exist is no error.
 	DeleteObject(ctx context.Context, bucket, key string) error
 }

@@ -31,8 +31,14 @@ type WriteConfig struct {
 	// most 10,000 parts, so the largest file is 10,000 parts.
 	PartSize int64
 	// PartsInFlight is how many parts of one file are sent at once; a
-	// writer that has filled one more part waits for one of them.
+	// writer that has filled one more part waits for one of them. A copy
+	// in parts copies as many at once.
 	PartsInFlight int
+	// CopyLimit is the largest object a rename copies in one CopyObject;
+	// a larger one is copied in parts of CopyPartSize (UploadPartCopy),
+	// which take no memory here: the server copies them.
+	CopyLimit    int64
+	CopyPartSize int64
 	// Journal is a directory where the daemon records the multipart
 	// uploads it has open, so that its next start aborts those a killed
 	// daemon left; "" records none.
@@ -42,7 +48,7 @@ type WriteConfig struct {
 // DefaultWriteConfig is off; the rest are the sizes a mount that allows
 // writes uses.
 func DefaultWriteConfig() WriteConfig {
-	return WriteConfig{PartSize: 16 << 20, PartsInFlight: 4}
+	return WriteConfig{PartSize: 16 << 20, PartsInFlight: 4, CopyLimit: objstore.MaxCopyObject, CopyPartSize: 1 << 30}
 }
 
 // validate refuses sizes the store or the memory limit cannot take.
@@ -59,6 +65,12 @@ func (w WriteConfig) validate(blockSize int, memoryLimit int64) error {
 		return setting.RefuseSize("PartSize", w.PartSize, "a multiple of the block size (%s): parts are made of blocks", setting.Size(bs))
 	case w.PartsInFlight < 1 || w.PartsInFlight > 64:
 		return setting.Refuse("PartsInFlight", w.PartsInFlight, "between 1 and 64")
+	case w.CopyLimit < 1 || w.CopyLimit > objstore.MaxCopyObject:
+		return setting.RefuseSize("CopyLimit", w.CopyLimit, "between 1 byte and %s (the largest object one CopyObject copies)",
+			setting.Size(objstore.MaxCopyObject))
+	case w.CopyPartSize < objstore.MinPartSize || w.CopyPartSize > objstore.MaxPartSize:
+		return setting.RefuseSize("CopyPartSize", w.CopyPartSize, "between %s and %s (S3's bounds on a part)",
+			setting.Size(objstore.MinPartSize), setting.Size(objstore.MaxPartSize))
 	case w.PartSize*int64(w.PartsInFlight+1) > memoryLimit:
 		return setting.RefuseSize("PartSize", w.PartSize, "%d parts in flight and the one being filled (%s) must fit in the memory limit (%s)",
 			w.PartsInFlight, setting.Size(w.PartSize*int64(w.PartsInFlight+1)), setting.Size(memoryLimit))
@@ -468,19 +480,24 @@ func (u *Upload) WritePart(ctx context.Context, off int64, path, httpPath string
 	return done, nil
 }
 
-// retry runs a request, and again after a transient failure, up to the
-// mount's retries with Backoff between, until the upload fails.
+// retry runs a request as retryWrite does, until the upload fails.
 func (u *Upload) retry(op func(context.Context) error) error {
+	return u.f.retryWrite(u.ctx, op)
+}
+
+// retryWrite runs a write request, and again after a transient failure, up
+// to the mount's retries with Backoff between, until ctx ends.
+func (f *FS) retryWrite(ctx context.Context, op func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		err := op(u.ctx)
-		if err == nil || attempt > u.f.cfg.Retries || !objstore.IsRetryableWrite(err) || u.ctx.Err() != nil {
+		err := op(ctx)
+		if err == nil || attempt > f.cfg.Retries || !objstore.IsRetryableWrite(err) || ctx.Err() != nil {
 			return err
 		}
-		u.f.m.UploadPartRetries.Inc()
+		f.m.UploadPartRetries.Inc()
 		t := time.NewTimer(objstore.Backoff(attempt))
 		select {
 		case <-t.C:
-		case <-u.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return err
 		}
@@ -583,25 +600,20 @@ func (u *Upload) finish() (objstore.Version, error) {
 	}
 	u.f.w.journal.end(u.uploadID)
 	if final.Key != k {
-		if err := u.moveTo(final); err != nil {
+		if err := u.moveTo(final, v.ETag); err != nil {
 			return v, err
 		}
 	}
 	return u.version(final, v), nil
 }
 
-// moveTo copies the completed object to the name a rename gave the file
-// while it was written, and deletes it under the name it was uploaded as.
-// When the copy fails, the upload's object is deleted too: nothing is left.
-func (u *Upload) moveTo(final Entry) error {
+// moveTo copies the completed object (etag) to the name a rename gave the
+// file while it was written, and deletes it under the name it was uploaded
+// as. When the copy fails, the upload's object is deleted too: nothing is
+// left.
+func (u *Upload) moveTo(final Entry, etag string) error {
 	b, k := u.entry.Bucket, u.entry.Key
-	err := u.retry(func(ctx context.Context) error {
-		_, err := u.up.CopyObject(ctx, b, k, final.Key)
-		return err
-	})
-	if err == nil && u.size > objstore.MaxCopyObject {
-		err = fmt.Errorf("%w: renamed while written, and grew past it", ErrRenameLarge)
-	}
+	err := u.f.copyObject(u.ctx, b, k, final.Key, u.size, etag)
 	derr := u.retry(func(ctx context.Context) error { return u.up.DeleteObject(ctx, b, k) })
 	if err != nil {
 		return fmt.Errorf("rename to %s: %w", final.Path(), err)
@@ -614,24 +626,28 @@ func (u *Upload) moveTo(final Entry) error {
 	return nil
 }
 
-// abort drops the multipart upload, trying as often as a part would be
-// tried; one it cannot drop stays in the journal for the next start.
-func (u *Upload) abort() {
+// abort drops the multipart upload, as abortMultipart does.
+func (u *Upload) abort() { u.f.abortMultipart(u.entry.Bucket, u.entry.Key, u.uploadID) }
+
+// abortMultipart drops a multipart upload of this daemon's, trying as
+// often as a part would be tried, whatever ended the request that failed;
+// one it cannot drop stays in the journal for the next start.
+func (f *FS) abortMultipart(bucket, key, uploadID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = u.up.AbortMultipart(ctx, u.entry.Bucket, u.entry.Key, u.uploadID)
+		err = f.w.up.AbortMultipart(ctx, bucket, key, uploadID)
 		if err == nil || errors.Is(err, objstore.ErrNoUpload) {
-			u.f.w.journal.end(u.uploadID)
+			f.w.journal.end(uploadID)
 			return
 		}
-		if attempt > u.f.cfg.Retries || !objstore.IsRetryableWrite(err) || sleep(ctx, objstore.Backoff(attempt)) != nil {
+		if attempt > f.cfg.Retries || !objstore.IsRetryableWrite(err) || sleep(ctx, objstore.Backoff(attempt)) != nil {
 			break
 		}
 	}
-	u.f.log.Warn("could not abort a failed multipart upload: its parts stay on the server until the next start aborts it (--upload-journal) or a lifecycle rule does",
-		"path", u.entry.Path(), "upload_id", u.uploadID, "err", err)
+	f.log.Warn("could not abort a failed multipart upload: its parts stay on the server until the next start aborts it (--upload-journal) or a lifecycle rule does",
+		"path", Entry{Bucket: bucket, Key: key}.Path(), "upload_id", uploadID, "err", err)
 }
 
 // version is the object as a HEAD sees it (the Last-Modified and the ETag

@@ -142,6 +142,29 @@ func (m *memUploader) CopyObject(ctx context.Context, bucket, src, dst string) (
 	return objstore.Version{ETag: "copy", Size: int64(len(b))}, nil
 }
 
+func (m *memUploader) UploadPartCopy(ctx context.Context, bucket, src, srcETag, dst, id string, number int, off, length int64) (objstore.CompletedPart, error) {
+	m.store.mu.Lock()
+	b, ok := m.store.objects[bucket+"/"+src]
+	etag := m.store.etags[bucket+"/"+src]
+	m.store.mu.Unlock()
+	switch {
+	case !ok:
+		return objstore.CompletedPart{}, objstore.ErrNotFound
+	case srcETag != "" && srcETag != etag:
+		return objstore.CompletedPart{}, objstore.ErrChanged
+	case off+length > int64(len(b)):
+		return objstore.CompletedPart{}, fmt.Errorf("range %d+%d of %d bytes", off, length, len(b))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	parts, ok := m.uploads[id]
+	if !ok {
+		return objstore.CompletedPart{}, objstore.ErrNoUpload
+	}
+	parts[number] = b[off : off+length]
+	return objstore.CompletedPart{Number: number, ETag: fmt.Sprint("c", number)}, nil
+}
+
 func (m *memUploader) DeleteObject(ctx context.Context, bucket, key string) error {
 	m.store.mu.Lock()
 	defer m.store.mu.Unlock()
@@ -156,7 +179,7 @@ func writableFS(t *testing.T, store *memStore, up objstore.Uploader, tune func(*
 	t.Helper()
 	cfg := testConfig(Config{Bucket: "b"})
 	cfg.Retries = 2
-	cfg.Writes = WriteConfig{Allow: true, PartSize: testPart, PartsInFlight: 2}
+	cfg.Writes = WriteConfig{Allow: true, PartSize: testPart, PartsInFlight: 2, CopyLimit: objstore.MaxCopyObject, CopyPartSize: testPart}
 	if tune != nil {
 		tune(&cfg)
 	}
@@ -631,5 +654,90 @@ func TestUploadWritePartFailureAbortsTheUpload(t *testing.T) {
 	}
 	if _, ok := store.objects["b/failed"]; ok || len(mem.aborted) != 1 || mem.open() != 0 {
 		t.Errorf("object left %v, aborted %v, %d open", ok, mem.aborted, mem.open())
+	}
+}
+
+// A rename of an object past CopyLimit copies it in parts: a part that
+// fails less often than the retries is sent again; one that keeps failing
+// aborts the copy (the journal no longer names it), and the rename answers
+// EIO with the source whole and no destination.
+func TestRenameCopiesInParts(t *testing.T) {
+	transient := &faultstore.TransientError{Status: 500, Code: "InternalError"}
+	for _, tc := range []struct {
+		name     string
+		failures int // of copy part 3
+		wantErr  bool
+	}{
+		{"retried", 2, false},
+		{"exhausted", 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newMemStore()
+			mem := newMemUploader(store)
+			faults := &faultstore.Uploads{Inner: mem, Fail: func(op string, part, attempt int) error {
+				if op == "copy_part" && part == 3 && attempt <= tc.failures {
+					return transient
+				}
+				return nil
+			}}
+			journal := t.TempDir()
+			f := writableFS(t, store, faults, func(c *Config) { // 2 retries
+				c.Writes.CopyLimit = 2 * testPart
+				c.Writes.Journal = journal
+			})
+			data := pattern(4*testPart + 99)
+			store.put("b", "src", data, "v1")
+			src, err := f.Lookup(context.Background(), f.Root(), "src")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.Rename(context.Background(), src, f.Root(), "dst", false)
+			if faults.Calls("copy") != 0 || faults.Calls("create") != 1 {
+				t.Errorf("%d CopyObjects and %d multipart uploads, want one copy in parts", faults.Calls("copy"), faults.Calls("create"))
+			}
+			if mem.open() != 0 {
+				t.Errorf("%d multipart uploads left open", mem.open())
+			}
+			if n := len(f.w.journal.open); n != 0 {
+				t.Errorf("the journal names %d uploads after the rename", n)
+			}
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("rename: %v", err)
+				}
+				if !bytes.Equal(store.objects["b/dst"], data) {
+					t.Fatal("the new name does not hold the bytes")
+				}
+				if _, ok := store.objects["b/src"]; ok {
+					t.Error("the old name holds an object")
+				}
+				return
+			}
+			if errnoOf(err) != syscall.EIO {
+				t.Fatalf("rename: %v, want EIO", err)
+			}
+			if _, ok := store.objects["b/dst"]; ok {
+				t.Error("a failed copy left the destination")
+			}
+			if !bytes.Equal(store.objects["b/src"], data) {
+				t.Error("the source is not whole after the failed copy")
+			}
+			if len(mem.aborted) != 1 {
+				t.Errorf("aborted %v, want the copy", mem.aborted)
+			}
+		})
+	}
+}
+
+func TestCopyPartSizeStaysWithinMaxParts(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct{ size, part, want int64 }{
+		{8 * gib, gib, gib},
+		{5 * 1024 * gib, objstore.MinPartSize, (5*1024*gib + objstore.MaxParts - 1) / objstore.MaxParts},
+	} {
+		got := copyPartSize(tc.size, tc.part)
+		if got != tc.want || (tc.size+got-1)/got > objstore.MaxParts {
+			t.Errorf("copyPartSize(%d, %d) = %d, want %d", tc.size, tc.part, got, tc.want)
+		}
 	}
 }

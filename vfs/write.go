@@ -289,15 +289,14 @@ var (
 	// ErrRenameDir: S3 has no directory to rename, only every key under a
 	// prefix; EXDEV has mv copy and delete them instead.
 	ErrRenameDir = errno.New(syscall.EXDEV, "directories are not renamed (S3 would copy every object under them)")
-	// ErrRenameLarge: past what one server-side copy takes.
-	ErrRenameLarge = errno.New(syscall.EXDEV, "objects over 5 GiB are not renamed (one CopyObject copies at most 5 GiB)")
 	// ErrRenameFlags: RENAME_EXCHANGE and RENAME_WHITEOUT.
 	ErrRenameFlags = errno.New(syscall.EINVAL, "only a plain rename or RENAME_NOREPLACE")
 )
 
-// Rename moves the object src to name in dstDir: a copy on the server,
-// then a delete of src. noReplace refuses an existing destination
-// (EEXIST); without AllowOverwrite an existing one is refused too (EPERM).
+// Rename moves the object src to name in dstDir: a copy on the server
+// (copyObject), then a delete of src. noReplace refuses an existing
+// destination (EEXIST); without AllowOverwrite an existing one is refused
+// too (EPERM).
 func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, noReplace bool) (Entry, error) {
 	dst, err := f.childEntry(dstDir, name)
 	if err != nil {
@@ -312,13 +311,6 @@ func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, n
 		return Entry{}, fmt.Errorf("%s: %w", dst.Path(), ErrBusy)
 	}
 	u := f.Writing(src)
-	size := src.Version.Size
-	if u != nil {
-		size = u.Size()
-	}
-	if size > objstore.MaxCopyObject {
-		return Entry{}, fmt.Errorf("%s: %w", src.Path(), ErrRenameLarge)
-	}
 	if e, err := f.Lookup(ctx, dstDir, name); err == nil && e.Dir {
 		return Entry{}, errno.New(syscall.EISDIR, "the new name is a directory")
 	}
@@ -335,7 +327,17 @@ func (f *FS) Rename(ctx context.Context, src Entry, dstDir Entry, name string, n
 	if u != nil {
 		return f.renameUpload(u, src, dst)
 	}
-	if _, err := f.w.up.CopyObject(ctx, src.Bucket, src.Key, dst.Key); err != nil {
+	size, etag := src.Version.Size, src.Version.ETag
+	if size > f.cfg.Writes.CopyLimit {
+		// A copy in parts is pinned to one version: the server's now, not
+		// the one a cached lookup saw.
+		o, err := f.store.Stat(ctx, src.Bucket, src.Key)
+		if err != nil {
+			return Entry{}, err
+		}
+		size, etag = o.Size, o.ETag
+	}
+	if err := f.copyObject(ctx, src.Bucket, src.Key, dst.Key, size, etag); err != nil {
 		return Entry{}, errno.With(syscall.EIO, fmt.Errorf("rename %s to %s: copy: %w", src.Path(), dst.Path(), err))
 	}
 	f.Forget(dst.Bucket, dst.Key)

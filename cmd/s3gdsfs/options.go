@@ -140,7 +140,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "write-part-size", group: groupWrites, arg: "SIZE", value: (*cli.Size)(&c.Core.Writes.PartSize), advanced: true,
 			help: "part of a multipart upload; a file is at most 10,000 parts, and one closed within its first part is one PUT"},
 		{name: "write-parts", group: groupWrites, arg: "N", value: (*intValue)(&c.Core.Writes.PartsInFlight), advanced: true,
-			help: "parts of one file sent at once; a writer that has filled one more waits (its memory counts in `--memory-limit`)"},
+			help: "parts of one file sent at once; a writer that has filled one more waits (its memory counts in `--memory-limit`); as many parts of an object over 5 GiB are copied at once by a rename"},
 		{name: "upload-journal", group: groupWrites, arg: "DIR", value: (*stringValue)(&c.Core.Writes.Journal), def: "`$XDG_STATE_HOME/s3gdsfs/uploads`, else `~/.local/state/s3gdsfs/uploads` (root without `$HOME`: `/var/lib/s3gdsfs/uploads`)", advanced: true,
 			help: "where the multipart uploads in progress are recorded, so that a start after a killed daemon aborts those it left; empty: none"},
 

@@ -9,8 +9,8 @@ import (
 
 // Uploads is an Uploader decorator for tests: a request that Fail answers
 // with an error fails with it, before it reaches Inner. op is one of put,
-// create, part, complete, abort, list, copy, delete; part is the part
-// number (0 for the others) and attempt counts that op and part's calls
+// create, part, complete, abort, list, copy, copy_part, delete; part is
+// the part number (0 for the others) and attempt counts that op and part's calls
 // from 1.
 type Uploads struct {
 	Inner objstore.Uploader
@@ -95,6 +95,13 @@ func (u *Uploads) CopyObject(ctx context.Context, bucket, src, dst string) (objs
 		return objstore.Version{}, err
 	}
 	return u.Inner.CopyObject(ctx, bucket, src, dst)
+}
+
+func (u *Uploads) UploadPartCopy(ctx context.Context, bucket, src, srcETag, dst, id string, number int, off, length int64) (objstore.CompletedPart, error) {
+	if err := u.fault("copy_part", number); err != nil {
+		return objstore.CompletedPart{}, err
+	}
+	return u.Inner.UploadPartCopy(ctx, bucket, src, srcETag, dst, id, number, off, length)
 }
 
 func (u *Uploads) DeleteObject(ctx context.Context, bucket, key string) error {

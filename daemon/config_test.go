@@ -34,7 +34,7 @@ func TestValidateNamesTheSettingByItsPath(t *testing.T) {
 		{func(c *Config) { c.S3.Endpoint = "" }, "S3.Endpoint"},
 		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartSize = true, 1<<20 }, "Core.Writes.PartSize 1MiB: between 5MiB and 5GiB"},
 		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartsInFlight = true, 0 }, "Core.Writes.PartsInFlight 0: "},
-		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartSize = true, 1<<30 }, "Core.Writes.PartSize 1GiB: 4 parts in flight"},
+		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.PartSize = true, 1<<30 }, "Core.Writes.PartSize 1GiB: 16 parts in flight"},
 		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.CopyPartSize = true, 1<<20 }, "Core.Writes.CopyPartSize 1MiB: between 5MiB and 5GiB"},
 		{func(c *Config) { c.Core.Writes.Allow, c.Core.Writes.CopyLimit = true, 6<<30 }, "Core.Writes.CopyLimit 6GiB: between 1 byte and 5GiB"},
 	} {

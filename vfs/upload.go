@@ -48,7 +48,7 @@ type WriteConfig struct {
 // DefaultWriteConfig is off; the rest are the sizes a mount that allows
 // writes uses.
 func DefaultWriteConfig() WriteConfig {
-	return WriteConfig{PartSize: 16 << 20, PartsInFlight: 4, CopyLimit: objstore.MaxCopyObject, CopyPartSize: 1 << 30}
+	return WriteConfig{PartSize: 16 << 20, PartsInFlight: 16, CopyLimit: objstore.MaxCopyObject, CopyPartSize: 1 << 30}
 }
 
 // validate refuses sizes the store or the memory limit cannot take.

@@ -4,7 +4,7 @@
 //
 //	s3load put --endpoint URL --bucket B --prefix P --count N --size BYTES [--seed S]
 //	s3load upload --endpoint URL --bucket B --key K --size BYTES --part BYTES --workers W
-//	           [--rounds R] [--unsigned]
+//	           [--rounds R] [--unsigned [--md5]]
 //	s3load get --endpoint URL --bucket B --keys k1,k2,... --workers W [--seconds T]
 //	           [--ring N | --device GPU [--device-copy=false] [--slot-size BYTES]
 //	           [--copy-streams N]] [--part BYTES] [--read-buffer BYTES]

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -28,7 +30,8 @@ func upload(args []string) error {
 	part := fs.Int64("part", 16<<20, "part size, bytes")
 	workers := fs.Int("workers", 4, "parts at once")
 	rounds := fs.Int("rounds", 1, "uploads, one after another")
-	unsigned := fs.Bool("unsigned", false, "send UNSIGNED-PAYLOAD instead of each part's SHA-256")
+	unsigned := fs.Bool("unsigned", false, "send UNSIGNED-PAYLOAD instead of signing each part's body")
+	withMD5 := fs.Bool("md5", false, "with --unsigned, send each part's Content-MD5 (computed for every part, as the daemon's --write-checksum md5 does)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,8 +85,12 @@ func upload(args []string) error {
 				defer wg.Done()
 				for i := range next {
 					length := min(*part, *size-int64(i)**part)
-					p, err := core.PutObjectPart(ctx, *bucket, *key, id, i+1, bytes.NewReader(buf[:length]), length,
-						minio.PutObjectPartOptions{DisableContentSha256: *unsigned})
+					opts := minio.PutObjectPartOptions{DisableContentSha256: *unsigned}
+					if *withMD5 {
+						sum := md5.Sum(buf[:length])
+						opts.Md5Base64 = base64.StdEncoding.EncodeToString(sum[:])
+					}
+					p, err := core.PutObjectPart(ctx, *bucket, *key, id, i+1, bytes.NewReader(buf[:length]), length, opts)
 					if err != nil {
 						errs <- fmt.Errorf("part %d: %w", i+1, err)
 						return
@@ -113,7 +120,7 @@ func upload(args []string) error {
 	}
 	sort.Float64s(g)
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{
-		"size": *size, "part": *part, "workers": *workers, "unsigned": *unsigned,
+		"size": *size, "part": *part, "workers": *workers, "unsigned": *unsigned, "md5": *withMD5,
 		"median_gbps": g[len(g)/2], "rounds": out,
 	})
 }

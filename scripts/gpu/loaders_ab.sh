@@ -4,6 +4,7 @@
 # ranges, 16 streams) and the same programs on a tmpfs copy:
 #   THREADS x CHUNK MiB preads into pinned memory, safetensors.torch.load_file(device="cuda"),
 #   one thread of GPU-read ioctls in order (4 and 64 MiB), s3gds.load_safetensors.
+# PROGRAMS picks which of load, preads, loadfile and ioctl each variant runs (default all).
 # VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
 # commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
 # (--pprof), written to $OUT/NAME.pprof. The FUSE ceiling first: the same preads of a file of
@@ -56,6 +57,8 @@ out["received_gb"] = round(g("s3gdsfs_s3_received_bytes_total") / 1e9, 3)
 print(out)
 PY
 }
+# has PROGRAM: whether PROGRAMS (default: all of load preads loadfile ioctl) names it.
+has() { [[ " ${PROGRAMS:-load preads loadfile ioctl} " == *" $1 "* ]]; }
 run() { local label=$1; shift; echo "-- $label $*"; python3 scripts/gpu/models.py "$@" --variant "$label" | tee -a "$J" || echo "{\"kind\":\"failed\",\"label\":\"$label\"}" | tee -a "$J"; }
 bound() {
   "$BIN/s3load" get --endpoint $EP --bucket bench --keys ckpt.safetensors --part $((64 << 20)) --workers 16 \
@@ -68,10 +71,13 @@ run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$C
 run tmpfs loadfile --path $CKPT --local $CKPT
 # The FUSE ceiling: the same preads of a file go-fuse serves from memory (bench/fuseread), with
 # 1 MiB and 4 MiB requests: what any FUSE filesystem reaches on this machine.
+# CEILING=0 leaves it out.
 FR=/mnt/fuseread; mkdir -p $FR
+[ "${CEILING:-1}" = 1 ] || FUSEREAD_MIBS=
+
 OLD_PAGES=$(cat /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || echo 256)
 echo 1024 > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
-for mr in 1 4; do
+for mr in ${FUSEREAD_MIBS-1 4}; do
   "$BIN/fuseread" --size $(( ${FUSEREAD_GIB:-4} << 30 )) --max-read $((mr << 20)) $FR 2> "$OUT/fuseread.log" &
   FRPID=$!
   for _ in $(seq 100); do [ -e $FR/f ] && break; sleep 0.1; done
@@ -86,13 +92,19 @@ for v in $VARIANTS; do
   drop_page_cache
   S3GDSFS=$BIN/$build mount_s3gdsfs "$name.log" $prof $flags
   [ -n "$prof" ] && { curl -s -o "$OUT/$name.pprof" "http://127.0.0.1:9737/debug/pprof/profile?seconds=${PROFILE_SECS:-40}" & PROF_PID=$!; }
-  run "$name" load --path $P --local $CKPT
+  has load && run "$name" load --path $P --local $CKPT
   counters "$name-0"
-  drop_page_cache; run "$name" preads --path $P --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+  if has preads; then
+    drop_page_cache; run "$name" preads --path $P --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
+  fi
   counters "$name-preads"; delta "$name-0" "$name-preads"
-  drop_page_cache; run "$name" loadfile --path $P --local $CKPT
+  if has loadfile; then
+    drop_page_cache; run "$name" loadfile --path $P --local $CKPT
+  fi
   counters "$name-loadfile"; delta "$name-preads" "$name-loadfile"
-  for c in 4 64; do run "$name" ioctl --path $P --local $CKPT --chunk-mib $c; done
+  if has ioctl; then
+    for c in 4 64; do run "$name" ioctl --path $P --local $CKPT --chunk-mib $c; done
+  fi
   [ -n "$prof" ] && wait $PROF_PID || true
   unmount_s3gdsfs | sed "s/^/$name /" | tee -a "$OUT/daemon_memory.txt"
 done

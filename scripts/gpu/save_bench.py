@@ -135,7 +135,7 @@ def main():
     ap.add_argument("--gb", type=float, default=8.0, help="tensor bytes in all, in GB (default 8)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the three methods, in alternating order")
     ap.add_argument("--part-mib", type=int, default=16, help="raw upload part size, MiB (the daemon's --write-part-size)")
-    ap.add_argument("--streams", type=int, default=4, help="raw upload parts at once (the daemon's --write-parts)")
+    ap.add_argument("--streams", type=int, default=16, help="raw upload parts at once (the daemon's --write-parts)")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="which of " + ",".join(METHODS) + " to run")
     ap.add_argument("--local-dir", default="/tmp", help="where torchsave writes its file before the upload")
     ap.add_argument("--seed", type=int, default=7)

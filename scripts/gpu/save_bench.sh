@@ -24,9 +24,11 @@ python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket
 # part size and parts at once (16 MiB, 4), and larger shapes, each with the parts' time and the
 # completion's (a server that joins the parts by copying them pays it once per object).
 ref() { "$BIN/s3load" upload --endpoint $EP --bucket bench --size "$(python3 -c "print(int($GB * 1e9))")" \
-  --part $(($1 << 20)) --workers "$2" --rounds "${REF_ROUNDS:-2}" ${3:-} | tee -a "$OUT/upload_ref.jsonl"; }
+  --part $(($1 << 20)) --workers "$2" --rounds "${REF_ROUNDS:-2}" ${3//,/ } | tee -a "$OUT/upload_ref.jsonl"; }
 : > "$OUT/upload_ref.jsonl"
-for shape in ${REF_SHAPES:-16:4 16:16 64:16 16:4:--unsigned}; do
+# REF_SHAPES: MiB:parts-at-once[:s3load flags, commas for spaces]; "none" for none.
+for shape in ${REF_SHAPES:-16:4 16:16 64:16 16:16:--unsigned,--md5}; do
+  [ "$shape" = none ] && continue
   IFS=: read -r mib workers extra <<< "$shape"
   ref "$mib" "$workers" "$extra"
 done
@@ -48,9 +50,10 @@ python3 - "$OUT" <<'PY' || true
 import json, statistics, sys
 out = sys.argv[1]
 refs = [json.loads(l) for l in open(out + "/upload_ref.jsonl") if l.startswith("{")]
+tag = lambda r: (" unsigned" if r["unsigned"] else "") + (" md5" if r.get("md5") else "")
 save = json.load(open(out + "/save.json"))["median_gbps"]
 for r in refs:
-    shape = f'{r["part"] >> 20} MiB x {r["workers"]}' + (" unsigned" if r["unsigned"] else "")
+    shape = f'{r["part"] >> 20} MiB x {r["workers"]}' + tag(r)
     parts = statistics.median(x["parts_gbps"] for x in r["rounds"])
     done = statistics.median(x["complete_seconds"] for x in r["rounds"])
     ratios = " ".join(f"{m} {g / r['median_gbps']:.2f}x" for m, g in save.items())

@@ -59,7 +59,7 @@ PY
 }
 # has PROGRAM: whether PROGRAMS (default: all of load preads loadfile ioctl) names it.
 has() { [[ " ${PROGRAMS:-load preads loadfile ioctl} " == *" $1 "* ]]; }
-run() { local label=$1; shift; echo "-- $label $*"; python3 scripts/gpu/models.py "$@" --variant "$label" | tee -a "$J" || echo "{\"kind\":\"failed\",\"label\":\"$label\"}" | tee -a "$J"; }
+run() { local label=$1; shift; echo "-- $label $*"; CPU_PIDS="versitygw=$VGW daemon=${DAEMON:-}" python3 scripts/gpu/models.py "$@" --variant "$label" | tee -a "$J" || echo "{\"kind\":\"failed\",\"label\":\"$label\"}" | tee -a "$J"; }
 bound() {
   "$BIN/s3load" get --endpoint $EP --bucket bench --keys ckpt.safetensors --part $((64 << 20)) --workers 16 \
     --seconds "${SECS:-5}" > "$OUT/bound.json"
@@ -118,5 +118,8 @@ print(f"bound (best of {len(b)}): {bound}")
 for r in rows:
     if r.get("kind") in ("bound", "failed"): continue
     g = r.get("gbps")
-    print(f'{r.get("variant",""):10s} {r.get("kind",""):18s} {r.get("chunk_mib","") or "":>4} {g:7.2f} GB/s {g/bound if bound else 0:5.2f}x same={r.get("same")}')
+    c = r.get("cpu", {})
+    per_gb = " ".join(f'{k[:-2]} {v / (r["bytes"] / 1e9):.3f}' for k, v in c.items() if k != "idle_s")
+    print(f'{r.get("variant",""):10s} {r.get("kind",""):18s} {r.get("chunk_mib","") or "":>4} {g:7.2f} GB/s {g/bound if bound else 0:5.2f}x same={r.get("same")}'
+          + (f"  CPU s/GB: {per_gb}" if per_gb else ""))
 PY

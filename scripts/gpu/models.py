@@ -59,10 +59,47 @@ def host_ref(a, n):
     return torch.from_file(a.local, size=n, dtype=torch.uint8)
 
 
+_HZ = os.sysconf("SC_CLK_TCK")
+_cpu = {}
+
+
+def cpu_snapshot():
+    """CPU seconds so far: the machine's busy and idle time (/proc/stat), this process's, and those
+    of the processes CPU_PIDS names ("name=pid ...": the daemon, the server)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    snap = {"busy": (sum(v) - v[3] - v[4]) / _HZ, "idle": (v[3] + v[4]) / _HZ, "reader": sum(os.times()[:2])}
+    for item in os.environ.get("CPU_PIDS", "").split():
+        name, _, pid = item.partition("=")
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            snap[name] = (int(st[11]) + int(st[12])) / _HZ  # utime, stime
+        except (OSError, ValueError, IndexError):
+            pass
+    return snap
+
+
+def start_clock():
+    _cpu["start"] = cpu_snapshot()
+    return time.perf_counter()
+
+
+def stop_clock(t0):
+    """The seconds since start_clock, and the CPU seconds each part of the machine spent meanwhile
+    (emit reports them)."""
+    secs = time.perf_counter() - t0
+    end, start = cpu_snapshot(), _cpu.pop("start", {})
+    _cpu["delta"] = {f"{k}_s": round(end[k] - start[k], 3) for k in end if k in start}
+    return secs
+
+
 def emit(kind, a, secs, ok, **extra):
     n = local_size(a)
     rec = {"kind": a.label or kind, "path": a.path, "bytes": n, "seconds": round(secs, 4),
            "gbps": round(n / secs / 1e9, 3), "same": ok, **extra}
+    if "delta" in _cpu:
+        rec["cpu"] = _cpu.pop("delta")
     if a.variant:
         rec["variant"] = a.variant
     print(json.dumps(rec), flush=True)
@@ -83,11 +120,11 @@ def ioctl(a):
     fd = os.open(a.path, os.O_RDONLY)
     try:
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = start_clock()
         for off in range(0, n, chunk):
             s3gds.read_into(dst, a.path, off, min(chunk, n - off), fd=fd, dst_offset=off)
         torch.cuda.synchronize()
-        secs = time.perf_counter() - t0
+        secs = stop_clock(t0)
     finally:
         os.close(fd)
     emit("ioctl", a, secs, bool(torch.equal(dst, device_ref(a))), chunk_mib=a.chunk_mib)
@@ -119,13 +156,13 @@ def preads(a):
                     return
                 got += k
 
-    t0 = time.perf_counter()
+    t0 = start_clock()
     ts = [threading.Thread(target=work) for _ in range(a.threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    secs = time.perf_counter() - t0
+    secs = stop_clock(t0)
     os.close(fd)
     ref = host_ref(a, n)
     emit("preads", a, secs, not errors and bool(torch.equal(buf, ref)), threads=a.threads, chunk_mib=a.chunk_mib,
@@ -141,10 +178,10 @@ def loadfile(a):
     import torch
     from safetensors.torch import load_file
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = start_clock()
     got = load_file(a.path, device="cuda")
     torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
+    secs = stop_clock(t0)
     emit("load_file", a, secs, same_tensors(got, load_file(a.local, device="cuda")))
 
 
@@ -153,10 +190,10 @@ def load(a):
     import s3gds
     from safetensors.torch import load_file
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = start_clock()
     got = s3gds.load_safetensors(a.path, device="cuda")
     torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
+    secs = stop_clock(t0)
     emit("load_safetensors", a, secs, same_tensors(got, local_tensors(a)))
 
 
@@ -168,11 +205,11 @@ def kvikio_pread(a):
     n = os.path.getsize(a.local)
     dst = cupy.empty(n, dtype=cupy.uint8)
     cupy.cuda.runtime.deviceSynchronize()
-    t0 = time.perf_counter()
+    t0 = start_clock()
     with kvikio.CuFile(a.path, "r") as f:
         got = f.pread(dst).get()
     cupy.cuda.runtime.deviceSynchronize()
-    secs = time.perf_counter() - t0
+    secs = stop_clock(t0)
     ref = device_ref(a)
     ok = got == n and bool(torch.equal(torch.as_tensor(dst, device="cuda"), ref))
     emit("kvikio", a, secs, ok, compat=str(kvikio.defaults.get("compat_mode")),
@@ -185,10 +222,10 @@ def gds(a):
     storage = torch.empty(n, dtype=torch.uint8, device="cuda").untyped_storage()
     f = torch.cuda.gds.GdsFile(a.path, os.O_RDONLY)
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = start_clock()
     f.load_storage(storage, 0)
     torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
+    secs = stop_clock(t0)
     got = torch.empty(0, dtype=torch.uint8, device="cuda").set_(storage)
     emit("gds", a, secs, bool(torch.equal(got, device_ref(a))))
 

@@ -147,8 +147,13 @@ type Stager interface {
 	// filled) and being copied.
 	Busy() (held, copying int)
 	// Pinned is the host memory the ring has pinned so far: it grows in
-	// chunks as GETs need slots, up to the configured slots.
+	// chunks as GETs need slots, up to the configured slots, or at once
+	// with Fill.
 	Pinned() int64
+	// Fill pins the rest of the ring now, each chunk usable as soon as it
+	// is in; it returns the error of a chunk that could not be pinned (the
+	// ring then serves with what it has).
+	Fill(ctx context.Context) error
 	// Close waits for outstanding copies and frees the slots and streams.
 	// It fails, leaving the stager usable, while slots are held by callers
 	// or copiers are open.

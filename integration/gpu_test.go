@@ -565,14 +565,20 @@ func TestGPUPreparedAtStart(t *testing.T) {
 	want := sha256.Sum256(testenv.RandomBytes(61, 0, size))
 	for _, prepare := range []bool{true, false} {
 		t.Run(fmt.Sprintf("prepare=%v", prepare), func(t *testing.T) {
-			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) { c.GPU.Prepare = prepare })
+			// A ring of three chunks: prepared, all of it is pinned before
+			// any GPU read; not, a read that needs a few slots pins one.
+			const slot, slots = 1 << 20, 160
+			mp, dir, d := gpuMount(t, srv, "data", func(c *daemon.Config) {
+				c.GPU.Prepare = prepare
+				c.GPU.Staging.SlotSize, c.GPU.Staging.Slots = slot, slots
+			})
 			got, err := os.ReadFile(filepath.Join(mp, "obj"))
 			if err != nil || sha256.Sum256(got) != want {
 				t.Fatalf("POSIX read: %d bytes, %v; want the object", len(got), err)
 			}
 			pinned := func() float64 { return metricAt(t, d, "gpu_staging_pinned_bytes", "") }
 			if prepare {
-				waitUntil(t, "the staging ring pinned before any GPU read", func() bool { return pinned() > 0 })
+				waitUntil(t, "the whole staging ring pinned before any GPU read", func() bool { return pinned() == slot*slots })
 			} else {
 				time.Sleep(200 * time.Millisecond)
 				if p := pinned(); p != 0 {
@@ -592,8 +598,11 @@ func TestGPUPreparedAtStart(t *testing.T) {
 			if err != nil || sha256.Sum256(landed) != want {
 				t.Fatalf("GPU read landed bytes that differ from the object (%v)", err)
 			}
-			if pinned() <= 0 {
-				t.Fatal("nothing pinned after a GPU read")
+			switch p := pinned(); {
+			case prepare && p != slot*slots:
+				t.Fatalf("%v bytes pinned after a GPU read of a prepared ring, want all %d", p, slot*slots)
+			case !prepare && (p <= 0 || p >= slot*slots):
+				t.Fatalf("%v bytes pinned after one small GPU read, want a chunk of the %d-byte ring", p, slot*slots)
 			}
 		})
 	}

@@ -233,7 +233,7 @@ func New(store objstore.Store, backend cufile.Backend, cfg Config, m *metrics.Se
 			ConstLabels: prometheus.Labels{"state": "copying"},
 		}, func() float64 { _, c := e.stagingBusy(); return float64(c) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "s3gdsfs_gpu_staging_pinned_bytes", Help: "Host memory pinned for staging slots, every GPU's ring together; each ring grows as GETs need slots.",
+			Name: "s3gdsfs_gpu_staging_pinned_bytes", Help: "Host memory pinned for staging slots, every GPU's ring together; each ring is pinned whole at start (Prepare) or grows as GETs need slots.",
 		}, func() float64 { return float64(e.stagingPinned()) }),
 	)
 	return e
@@ -286,21 +286,33 @@ func (e *Engine) stager(device int) (cufile.Stager, error) {
 }
 
 // Prepare readies every device the backend sees for GPU reads before the
-// first one comes: CUDA's start (its context on each device) and the first
-// chunk of each staging ring, which a first read would otherwise wait for.
-// It stops at the first error, which it returns (a host without a driver:
-// cufile.ErrNoDriver); a later read meets the same error on its own.
+// first one comes: CUDA's start (its context on each device) and each
+// device's whole staging ring, which a first read would otherwise wait for
+// (pinned under its GETs, a chunk at a time). It stops at the first error,
+// which it returns (a host without a driver: cufile.ErrNoDriver); a later
+// read meets the same error on its own, and a ring left part pinned grows
+// as reads need it.
 func (e *Engine) Prepare(ctx context.Context) error {
 	devices, err := e.backend.Devices()
 	if err != nil {
 		return err
 	}
+	stagers := make([]cufile.Stager, 0, len(devices))
 	for _, d := range devices {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if _, err := e.stager(d.Ordinal); err != nil {
+		s, err := e.stager(d.Ordinal)
+		if err != nil {
 			return fmt.Errorf("device %d: %w", d.Ordinal, err)
+		}
+		stagers = append(stagers, s)
+	}
+	// Every device's CUDA first, then the rings: a read of any device
+	// finds its context ready while the rings are pinned.
+	for i, s := range stagers {
+		if err := s.Fill(ctx); err != nil {
+			return fmt.Errorf("device %d: %w", devices[i].Ordinal, err)
 		}
 	}
 	return nil

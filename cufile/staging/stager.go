@@ -159,11 +159,10 @@ func (s *stager) destroy() error {
 	})
 }
 
-// growChunk is how many bytes of slots the ring pins at a time. The ring is
-// pinned as GETs need it rather than whole at the first read: pinning a
-// whole ring takes long enough to show in that read's time, and the resident
-// memory then follows the load (the top of the pool is all a steady load
-// touches). Variables for tests.
+// growChunk is how many bytes of slots the ring pins at a time: as GETs
+// need them, or all at once in the background (Fill, at a daemon's start),
+// never the whole ring under one read, whose time it would show in.
+// Variables for tests.
 var (
 	growChunk = 64 << 20
 	// growPause is how long the ring waits before it tries to grow again
@@ -212,7 +211,7 @@ func (s *stager) addLocked(host []byte, fences []uintptr) {
 // grow pins the next chunk of slots outside the stager's lock; the caller
 // set s.growing. A failure is not the caller's: the ring serves with the
 // slots it has and tries again after growPause.
-func (s *stager) grow(k int) {
+func (s *stager) grow(k int) error {
 	var host []byte
 	var fences []uintptr
 	err := s.dev.Run(func() error {
@@ -229,6 +228,41 @@ func (s *stager) grow(k int) {
 		s.addLocked(host, fences)
 	}
 	s.notifyLocked()
+	return err
+}
+
+// Fill pins the rest of the ring now, a chunk at a time, each chunk's
+// slots free for acquirers as soon as it is in: a daemon that prepares its
+// staging at start (Engine.Prepare) has the whole ring before its first
+// GPU read, which would otherwise wait for chunks pinned under its GETs.
+// It stops at the first chunk that cannot be pinned, whose error it
+// returns; the ring then serves, and grows, as it would have.
+func (s *stager) Fill(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if s.closed || len(s.slots) >= s.cfg.Slots {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.growing { // an acquirer is pinning the next chunk: wait for it
+			changed := s.changed
+			s.mu.Unlock()
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		s.growing = true
+		k := s.chunkSlots()
+		s.mu.Unlock()
+		if err := s.grow(k); err != nil {
+			return fmt.Errorf("cufile: pinning the staging ring (%d of %d bytes pinned): %w", s.Pinned(), int64(s.cfg.Slots)*int64(s.cfg.SlotSize), err)
+		}
+	}
 }
 
 // Pinned is the host memory the ring has pinned so far.
@@ -279,7 +313,7 @@ func (s *stager) acquire(ctx context.Context, waited *atomic.Int64, own *copyStr
 			s.growing = true
 			k := s.chunkSlots()
 			s.mu.Unlock()
-			s.grow(k)
+			_ = s.grow(k) // a failure is not this acquirer's: it waits for a slot
 			continue
 		}
 		oldest := s.oldestCopyingLocked()
@@ -339,7 +373,7 @@ func (s *stager) TryAcquireSlot() *cufile.Slot {
 		s.growing = true
 		k := s.chunkSlots()
 		s.mu.Unlock()
-		s.grow(k)
+		_ = s.grow(k)
 	}
 }
 

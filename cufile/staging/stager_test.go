@@ -660,6 +660,80 @@ func TestRingThatCannotGrowServesWithWhatItHas(t *testing.T) {
 	}
 }
 
+// Fill pins the rest of the ring at once, a chunk at a time, while the
+// slots already pinned serve: after it no acquirer pins anything.
+func TestFillPinsTheWholeRingWhileSlotsServe(t *testing.T) {
+	smallChunks(t, 4<<10, time.Second) // four 1 KiB slots a chunk
+	dev := &pinFailer{Device: pinOnly{}}
+	s, err := staging.New(dev, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 10, Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held := make([]*cufile.Slot, 0, 10)
+	for range 2 {
+		slot, err := acquireWithin(s, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, slot)
+	}
+	if err := s.Fill(context.Background()); err != nil {
+		t.Fatalf("Fill: %v", err)
+	}
+	if got, n := s.Pinned(), dev.pinned.Load(); got != 10<<10 || n != 3 {
+		t.Fatalf("after Fill %d bytes pinned in %d allocations, want 10 KiB in 3 (4 + 4 + 2)", got, n)
+	}
+	for range 8 {
+		slot, err := acquireWithin(s, time.Second)
+		if err != nil {
+			t.Fatalf("slot %d of a filled ring: %v", len(held)+1, err)
+		}
+		held = append(held, slot)
+	}
+	if n := dev.pinned.Load(); n != 3 {
+		t.Errorf("acquirers of a filled ring pinned more: %d allocations, want 3", n)
+	}
+	seen := map[*cufile.Slot]bool{}
+	for _, h := range held {
+		if seen[h] {
+			t.Fatalf("slot %p handed out twice", h)
+		}
+		seen[h] = true
+		staging.Release(s, h)
+	}
+	if err := s.Fill(context.Background()); err != nil || dev.pinned.Load() != 3 {
+		t.Errorf("Fill of a full ring: %v, %d allocations; want nothing done", err, dev.pinned.Load())
+	}
+}
+
+// A Fill that cannot pin says so and leaves the ring serving with what it
+// has; the ring grows later as it would have.
+func TestFillThatCannotPinLeavesTheRingServing(t *testing.T) {
+	smallChunks(t, 2<<10, 20*time.Millisecond) // two 1 KiB slots a chunk
+	dev := &pinFailer{Device: pinOnly{}}
+	s, err := staging.New(dev, cufile.StagerConfig{SlotSize: 1 << 10, Slots: 8, Streams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dev.fail.Store(true)
+	err = s.Fill(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "pinning the staging ring (2048 of 8192 bytes pinned)") {
+		t.Fatalf("Fill while pinning fails: %v, want an error saying how much is pinned", err)
+	}
+	a, err := acquireWithin(s, time.Second)
+	if err != nil {
+		t.Fatalf("a ring whose Fill failed does not serve: %v", err)
+	}
+	dev.fail.Store(false)
+	time.Sleep(2 * staging.GrowPause())
+	if err := s.Fill(context.Background()); err != nil || s.Pinned() != 8<<10 {
+		t.Fatalf("Fill once pinning works: %v, %d bytes pinned, want all 8 KiB", err, s.Pinned())
+	}
+	staging.Release(s, a)
+}
+
 // A ring whose first chunk cannot be pinned is refused when made.
 func TestRingThatCannotBePinnedIsRefused(t *testing.T) {
 	dev := &pinFailer{Device: pinOnly{}}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -98,51 +99,58 @@ func openUploads(t *testing.T, srv *testenv.Server, bucket string) []string {
 	return keys
 }
 
+// Both ways of checking a part's body (signed, or its CRC32C in a
+// trailer: --write-checksum) land the file byte for byte.
 func TestWriteLargeFileInParallelParts(t *testing.T) {
 	srv := testenv.Start(t)
 	srv.CreateBucket(t, "data")
-	mp, d := writable(t, srv, "data", 8<<20, nil)
-	const size = 100 << 20
-	data := make([]byte, size)
-	if _, err := testenv.RandomData(size, 7).ReadAt(data, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFile(t, filepath.Join(mp, "big.bin"), data, 1<<20); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	want := sum(data)
-	if got := s3SHA256(t, srv, "data", "big.bin"); got != want {
-		t.Fatalf("S3 holds sha256 %s, wrote %s", got, want)
-	}
-	if got := fileSHA256(t, filepath.Join(mp, "big.bin"), 1<<20); got != want {
-		t.Fatalf("the mount reads sha256 %s, wrote %s", got, want)
-	}
-	st, err := os.Stat(filepath.Join(mp, "big.bin"))
-	if err != nil || st.Size() != size {
-		t.Fatalf("stat after close: %v, %v; want %d bytes", st, err, size)
-	}
-	// 100 MiB in 8 MiB parts: 12 full parts and one of 4 MiB.
-	if n := metricAt(t, d, "s3_requests_total", "upload_part,ok"); n != 13 {
-		t.Errorf("%v parts uploaded, want 13", n)
-	}
-	if n := metricAt(t, d, "s3_requests_total", "put,ok"); n != 0 {
-		t.Errorf("%v single PUTs for a multipart file", n)
-	}
-	if n := metricSum(t, d, "write_bytes_total"); n != size {
-		t.Errorf("write_bytes_total %v, want %d", n, size)
-	}
-	if n := metricAt(t, d, "uploads_total", "completed"); n != 1 {
-		t.Errorf("uploads completed %v, want 1", n)
-	}
-	if n := metricSum(t, d, "uploads_in_flight"); n != 0 {
-		t.Errorf("uploads in flight after close: %v", n)
-	}
-	if left := openUploads(t, srv, "data"); len(left) != 0 {
-		t.Errorf("multipart uploads left open: %v", left)
-	}
-	names := readDirNames(t, mp)
-	if !slices.Contains(names, "big.bin") {
-		t.Errorf("listing after close %v lacks big.bin", names)
+	for _, crc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crc32c=%v", crc), func(t *testing.T) {
+			name := fmt.Sprintf("big-%v.bin", crc)
+			mp, d := writable(t, srv, "data", 8<<20, func(c *daemon.Config) { c.S3.PartCRC32C = crc })
+			const size = 100 << 20
+			data := make([]byte, size)
+			if _, err := testenv.RandomData(size, 7).ReadAt(data, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFile(t, filepath.Join(mp, name), data, 1<<20); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			want := sum(data)
+			if got := s3SHA256(t, srv, "data", name); got != want {
+				t.Fatalf("S3 holds sha256 %s, wrote %s", got, want)
+			}
+			if got := fileSHA256(t, filepath.Join(mp, name), 1<<20); got != want {
+				t.Fatalf("the mount reads sha256 %s, wrote %s", got, want)
+			}
+			st, err := os.Stat(filepath.Join(mp, name))
+			if err != nil || st.Size() != size {
+				t.Fatalf("stat after close: %v, %v; want %d bytes", st, err, size)
+			}
+			// 100 MiB in 8 MiB parts: 12 full parts and one of 4 MiB.
+			if n := metricAt(t, d, "s3_requests_total", "upload_part,ok"); n != 13 {
+				t.Errorf("%v parts uploaded, want 13", n)
+			}
+			if n := metricAt(t, d, "s3_requests_total", "put,ok"); n != 0 {
+				t.Errorf("%v single PUTs for a multipart file", n)
+			}
+			if n := metricSum(t, d, "write_bytes_total"); n != size {
+				t.Errorf("write_bytes_total %v, want %d", n, size)
+			}
+			if n := metricAt(t, d, "uploads_total", "completed"); n != 1 {
+				t.Errorf("uploads completed %v, want 1", n)
+			}
+			if n := metricSum(t, d, "uploads_in_flight"); n != 0 {
+				t.Errorf("uploads in flight after close: %v", n)
+			}
+			if left := openUploads(t, srv, "data"); len(left) != 0 {
+				t.Errorf("multipart uploads left open: %v", left)
+			}
+			names := readDirNames(t, mp)
+			if !slices.Contains(names, name) {
+				t.Errorf("listing after close %v lacks big.bin", names)
+			}
+		})
 	}
 }
 

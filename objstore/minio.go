@@ -58,6 +58,12 @@ type Config struct {
 	// grows a socket's buffer as an application reads from it, not as it
 	// splices from it.
 	RawReceiveBuffer int
+	// PartCRC32C sends each upload part's body unsigned, with its CRC32C in
+	// a trailer, which the server checks: the body is still checked end to
+	// end, without the chunk-by-chunk signature (over http) that the
+	// server must verify otherwise. Servers that take trailing checksums
+	// only (docs/operations.md, "Writes").
+	PartCRC32C bool
 }
 
 // DefaultCredentials is the standard chain: AWS_ACCESS_KEY_ID /
@@ -89,6 +95,7 @@ type Minio struct {
 	responseTimeout time.Duration
 	dialRaw         DialFunc
 	rawConns        *RawConns
+	partCRC32C      bool
 }
 
 // NewMinio builds the client; it sends nothing until first used.
@@ -138,7 +145,7 @@ func NewMinio(cfg Config) (*Minio, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %q: %w", cfg.Endpoint, err)
 	}
-	return &Minio{core: core, getCore: getCore, transport: transport, virtualHost: cfg.VirtualHost,
+	return &Minio{core: core, getCore: getCore, transport: transport, virtualHost: cfg.VirtualHost, partCRC32C: cfg.PartCRC32C,
 		responseTimeout: transport.ResponseHeaderTimeout,
 		dialRaw:         rawDialer(transport.TLSHandshakeTimeout, cfg.RawReceiveBuffer),
 		rawConns:        NewRawConns(transport.MaxIdleConnsPerHost, transport.IdleConnTimeout)}, nil

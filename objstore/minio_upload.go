@@ -2,7 +2,10 @@ package objstore
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"hash/crc32"
+	"net/http"
 
 	"github.com/minio/minio-go/v7"
 )
@@ -32,8 +35,29 @@ func (m *Minio) CreateMultipart(ctx context.Context, bucket, key string) (string
 
 // UploadPart implements Uploader.
 func (m *Minio) UploadPart(ctx context.Context, bucket, key, uploadID string, number int, data [][]byte) (CompletedPart, error) {
+	var sum []byte
+	if m.partCRC32C {
+		h := crc32.New(castagnoli)
+		for _, b := range data {
+			h.Write(b)
+		}
+		sum = h.Sum(nil)
+	}
+	return m.uploadPart(ctx, bucket, key, uploadID, number, data, sum)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// uploadPart sends a part, signed, or with crc (its CRC32C, big-endian)
+// in a trailer and the body unsigned.
+func (m *Minio) uploadPart(ctx context.Context, bucket, key, uploadID string, number int, data [][]byte, crc []byte) (CompletedPart, error) {
 	r, size := newSlicesReader(data)
-	p, err := m.getCore.PutObjectPart(ctx, bucket, key, uploadID, number, r, size, minio.PutObjectPartOptions{})
+	var opts minio.PutObjectPartOptions
+	if crc != nil {
+		opts.DisableContentSha256 = true
+		opts.Trailer = http.Header{"X-Amz-Checksum-Crc32c": {base64.StdEncoding.EncodeToString(crc)}}
+	}
+	p, err := m.getCore.PutObjectPart(ctx, bucket, key, uploadID, number, r, size, opts)
 	if err != nil {
 		return CompletedPart{}, classifyWrite(err, bucket, key)
 	}

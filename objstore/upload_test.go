@@ -3,8 +3,10 @@ package objstore
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"hash/crc32"
 	"io"
 	"testing"
 
@@ -55,5 +57,47 @@ func TestUploadPartCopyRangesAndPinsTheVersion(t *testing.T) {
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		t.Fatalf("the copy is %s, the source %s", got, want)
+	}
+}
+
+// Parts sent with their CRC32C in a trailer (Config.PartCRC32C) land byte
+// for byte, and the server checks the sum: a part whose body is not what
+// its trailer says is refused, not stored.
+func TestPartsWithCRC32CAreCheckedByTheServer(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	m := minioTestStore(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
+	m.partCRC32C = true
+	ctx := context.Background()
+	body := testenv.RandomBytes(47, 0, 2*MinPartSize+7)
+	id, err := m.CreateMultipart(ctx, "data", "crc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := crc32.Checksum(body[:MinPartSize], castagnoli) ^ 1
+	if _, err := m.uploadPart(ctx, "data", "crc", id, 1, [][]byte{body[:MinPartSize]}, binary.BigEndian.AppendUint32(nil, bad)); err == nil {
+		t.Fatal("a part whose CRC32C does not match its body was taken")
+	}
+	var parts []CompletedPart
+	for i, off := range []int{0, MinPartSize, 2 * MinPartSize} {
+		end := min(off+MinPartSize, len(body))
+		// Two slices, as a part of blocks is sent: the sum is of them all.
+		p, err := m.UploadPart(ctx, "data", "crc", id, i+1, [][]byte{body[off : off+(end-off)/2], body[off+(end-off)/2 : end]})
+		if err != nil {
+			t.Fatalf("part %d: %v", i+1, err)
+		}
+		parts = append(parts, p)
+	}
+	if _, err := m.CompleteMultipart(ctx, "data", "crc", id, parts); err != nil {
+		t.Fatal(err)
+	}
+	o, err := srv.Client.GetObject(ctx, "data", "crc", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	got, err := io.ReadAll(o)
+	if err != nil || sha256.Sum256(got) != sha256.Sum256(body) {
+		t.Fatalf("the object (%d bytes, %v) differs from what was sent", len(got), err)
 	}
 }

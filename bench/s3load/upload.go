@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"net/http"
 	"os"
 	"sort"
 	"sync"
@@ -31,6 +34,7 @@ func upload(args []string) error {
 	workers := fs.Int("workers", 4, "parts at once")
 	rounds := fs.Int("rounds", 1, "uploads, one after another")
 	unsigned := fs.Bool("unsigned", false, "send UNSIGNED-PAYLOAD instead of signing each part's body")
+	withCRC := fs.Bool("crc32c", false, "with --unsigned, send each part's CRC32C in a trailer (aws-chunked), which the server checks")
 	withMD5 := fs.Bool("md5", false, "with --unsigned, send each part's Content-MD5 (computed for every part, as the daemon's --write-checksum md5 does)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,6 +90,10 @@ func upload(args []string) error {
 				for i := range next {
 					length := min(*part, *size-int64(i)**part)
 					opts := minio.PutObjectPartOptions{DisableContentSha256: *unsigned}
+					if *withCRC {
+						sum := crc32.Checksum(buf[:length], crc32.MakeTable(crc32.Castagnoli))
+						opts.Trailer = http.Header{"X-Amz-Checksum-Crc32c": {base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, sum))}}
+					}
 					if *withMD5 {
 						sum := md5.Sum(buf[:length])
 						opts.Md5Base64 = base64.StdEncoding.EncodeToString(sum[:])
@@ -120,7 +128,7 @@ func upload(args []string) error {
 	}
 	sort.Float64s(g)
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{
-		"size": *size, "part": *part, "workers": *workers, "unsigned": *unsigned, "md5": *withMD5,
+		"size": *size, "part": *part, "workers": *workers, "unsigned": *unsigned, "md5": *withMD5, "crc32c": *withCRC,
 		"median_gbps": g[len(g)/2], "rounds": out,
 	})
 }

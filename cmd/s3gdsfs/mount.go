@@ -124,6 +124,7 @@ func (mf *mountFlags) config(mountpoint string, log *slog.Logger) (daemon.Config
 	cfg.Mountpoint = mountpoint
 	cfg.Core.Bucket, cfg.Core.Prefix = bucket, prefix
 	cfg.Core.NoStream = !mf.stream.on(mf.S3.Endpoint)
+	cfg.S3.PartCRC32C = mf.writeChecksum == "crc32c"
 	cfg.FS.FsName = "s3gdsfs:" + mf.bucket
 	cfg.Log = log
 	if err := cfg.Validate(); err != nil {

@@ -87,6 +87,7 @@ type mountFlags struct {
 	daemon.Config
 	bucket                   string     // NAME[/PREFIX]: Core.Bucket and Core.Prefix
 	stream                   policyFlag // auto, always, never: Core.NoStream for the endpoint
+	writeChecksum            string     // signature, crc32c: S3.PartCRC32C
 	credentialsFile, profile string
 	logLevel, logFile        string
 	foreground               bool
@@ -101,6 +102,7 @@ func mountOptions(mf *mountFlags) []option {
 	mf.S3.CABundle = os.Getenv("AWS_CA_BUNDLE")
 	mf.bucket, mf.stream, mf.credentialsFile, mf.profile = "", "auto", "", envOr("AWS_PROFILE", "default")
 	mf.logLevel, mf.logFile, mf.foreground = "info", "", true
+	mf.writeChecksum = "signature"
 	c := &mf.Config
 	opts := []option{
 		{name: "endpoint", group: groupStore, arg: "URL", value: (*stringValue)(&c.S3.Endpoint), def: "`$AWS_ENDPOINT_URL`",
@@ -141,6 +143,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "part of a multipart upload; a file is at most 10,000 parts, and one closed within its first part is one PUT"},
 		{name: "write-parts", group: groupWrites, arg: "N", value: (*intValue)(&c.Core.Writes.PartsInFlight), advanced: true,
 			help: "parts of one file sent at once; a writer that has filled one more waits (its memory counts in `--memory-limit`); as many parts of an object over 5 GiB are copied at once by a rename"},
+		{name: "write-checksum", group: groupWrites, arg: "KIND", value: &enumValue{&mf.writeChecksum, []string{"signature", "crc32c"}}, advanced: true, fields: []string{"S3.PartCRC32C"},
+			help: "how the server checks each upload part's body: `signature`, signed with the request (over http in chunks the server verifies one by one), or `crc32c`, unsigned with its CRC32C in a trailer, which the server checks (it must take trailing checksums)"},
 		{name: "upload-journal", group: groupWrites, arg: "DIR", value: (*stringValue)(&c.Core.Writes.Journal), def: "`$XDG_STATE_HOME/s3gdsfs/uploads`, else `~/.local/state/s3gdsfs/uploads` (root without `$HOME`: `/var/lib/s3gdsfs/uploads`)", advanced: true,
 			help: "where the multipart uploads in progress are recorded, so that a start after a killed daemon aborts those it left; empty: none"},
 

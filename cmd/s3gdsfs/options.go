@@ -144,7 +144,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "write-parts", group: groupWrites, arg: "N", value: (*intValue)(&c.Core.Writes.PartsInFlight), advanced: true,
 			help: "parts of one file sent at once; a writer that has filled one more waits (its memory counts in `--memory-limit`); as many parts of an object over 5 GiB are copied at once by a rename"},
 		{name: "write-checksum", group: groupWrites, arg: "KIND", value: &enumValue{&mf.writeChecksum, []string{"signature", "crc32c"}}, advanced: true, fields: []string{"S3.PartCRC32C"},
-			help: "how the server checks each upload part's body: `signature`, signed with the request (over http in chunks the server verifies one by one), or `crc32c`, unsigned with its CRC32C in a trailer, which the server checks (it must take trailing checksums)"},
+			help: "how the server checks each upload part's body: `signature` (signed), or `crc32c` (its CRC32C in a trailer; the server must take those)"},
 		{name: "upload-journal", group: groupWrites, arg: "DIR", value: (*stringValue)(&c.Core.Writes.Journal), def: "`$XDG_STATE_HOME/s3gdsfs/uploads`, else `~/.local/state/s3gdsfs/uploads` (root without `$HOME`: `/var/lib/s3gdsfs/uploads`)", advanced: true,
 			help: "where the multipart uploads in progress are recorded, so that a start after a killed daemon aborts those it left; empty: none"},
 

@@ -545,28 +545,40 @@ func storeFaultMount(t *testing.T, srv *testenv.Server, seed uint64, tune func(*
 
 // The same through the Faulty decorator between the daemon and minio-go:
 // besides errors, early ends and stalls, bodies lie about their length,
-// shorter or longer than the range, which the read paths must catch.
+// shorter or longer than the range, which the read paths must catch. Both
+// ways of reading a GET's body: on a connection of its own (--raw-gets,
+// --gpu-raw-gets: the default), where the faults strike the raw body, and
+// through the HTTP client.
 func TestRandomReadsUnderStoreFaults(t *testing.T) {
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	objs := putFaultObjects(t, srv, "data", 3, 60)
-	mp, bufDir, _, faulty := storeFaultMount(t, srv, 77, nil)
-	c := newTally()
-	start := time.Now()
-	faultWorkload(t, mp, bufDir, objs, 12, 500, 3, 4, c, onlyEIO)
-	t.Logf("store faults: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
-	counts := faulty.Counts()
-	t.Logf("faults injected by the decorator: %s", faultstore.SortedFaultCounts(counts))
-	for _, p := range c.problems {
-		t.Error(p)
-	}
-	for _, k := range faultstore.AllFaults() {
-		if counts[k.String()] == 0 {
-			t.Errorf("no %v fault was injected", k)
-		}
-	}
-	if c.ok["posix"] < 250 || c.ok["gpu"] < 100 {
-		t.Errorf("too few reads succeeded: %s", c)
+	for _, raw := range []bool{true, false} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) {
+			srv := testenv.Start(t)
+			srv.CreateBucket(t, "data")
+			objs := putFaultObjects(t, srv, "data", 3, 60)
+			mp, bufDir, _, faulty := storeFaultMount(t, srv, 77, func(c *daemon.Config) {
+				c.Core.ClientGets, c.GPU.ClientGets = !raw, !raw
+			})
+			c := newTally()
+			start := time.Now()
+			faultWorkload(t, mp, bufDir, objs, 12, 500, 3, 4, c, onlyEIO)
+			t.Logf("store faults: %d reads in %v: %s", c.reads(), time.Since(start).Round(time.Millisecond), c)
+			counts := faulty.Counts()
+			t.Logf("faults injected by the decorator: %s", faultstore.SortedFaultCounts(counts))
+			for _, p := range c.problems {
+				t.Error(p)
+			}
+			for _, k := range faultstore.AllFaults() {
+				if counts[k.String()] == 0 {
+					t.Errorf("no %v fault was injected", k)
+				}
+			}
+			if c.ok["posix"] < 250 || c.ok["gpu"] < 100 {
+				t.Errorf("too few reads succeeded: %s", c)
+			}
+			if raws := counts["raw_calls"]; raw != (raws > 0) {
+				t.Errorf("raw GETs %v, yet %d sent", raw, raws)
+			}
+		})
 	}
 }
 

@@ -231,7 +231,7 @@ func (fe *fetcher) download(o object, first int64, blks []*cache.Block, pends []
 	end := min(off+int64(len(blks))*bs, o.version.Size)
 	done := 0
 	err := fe.gets.Fetch(context.Background(), objstore.Range{Bucket: o.bucket, Key: o.key, Off: off, N: end - off, Version: o.version},
-		false, failed, func(body *objstore.Body, pos int64) (int64, error) {
+		!fe.f.cfg.ClientGets, failed, func(body *objstore.Body, pos int64) (int64, error) {
 			// pos is where a block starts: blocks are delivered whole.
 			start := done
 			for ; done < len(blks); done++ {

@@ -53,6 +53,13 @@ type Config struct {
 	// sets them from its one read setting, the GPU engine's too.
 	objstore.ReadLimits
 
+	// ClientGets reads the bodies of block downloads through the HTTP
+	// client. Off (the default), they are read on connections of their
+	// own where the store can hand one over (objstore.RawGetter: plain
+	// HTTP, no proxy), many bytes per wake-up: less of the daemon's CPU per
+	// byte, as for GPU reads (rdmaread.Config.ClientGets).
+	ClientGets bool
+
 	// NoStream (streams off, or a far endpoint) serves every
 	// read with ranged GETs; otherwise a reader that starts at the beginning
 	// of an object is fed by one GET of the whole object (fetch.go).

@@ -169,6 +169,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "bytes per second a stream must deliver while it is read, or ranged GETs take over; `0`: never"},
 		{name: "stream-idle", group: groupStream, arg: "DURATION", value: (*durationValue)(&c.Core.StreamIdle), advanced: true,
 			help: "close a stream that had nothing to read this long"},
+		{name: "raw-gets", group: groupStream, value: (*notBool)(&c.Core.ClientGets), bare: "true", advanced: true, why: benchmarksDoc,
+			help: "read the GET bodies of POSIX reads' blocks on connections of their own, many bytes per wake-up, where the endpoint is plain HTTP and no proxy is set; `false`: through the HTTP client"},
 		{name: "splice", group: groupStream, arg: "WHEN", value: (*policyFlag)(&c.Splice), bare: "always", why: benchmarksDoc, advanced: true,
 			help: "feed a direct-I/O reader straight from its stream's socket with `splice(2)`: `auto` over http, `always` (the flag alone; else the mount fails) or `never`"},
 

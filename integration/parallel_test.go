@@ -146,9 +146,53 @@ func TestMmapReadByFourThreadsIsFedAhead(t *testing.T) {
 	}
 }
 
+// A mapping copied out from its end down, a page at a time, as glibc's
+// memmove copies when the destination lies above the source: each fault's
+// read-around then reads the pages just below those read, and the reads
+// come as a stream going backward, fed ahead below it by ranged GETs
+// rather than a GET each, every byte right.
+func TestMmapReadBackwardIsFedAhead(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size = 64 << 20
+	sum := srv.PutRandomObject(t, "data", "back.bin", size, 83)
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.MaxRead, c.ReadAhead = 1<<20, 1<<20 })
+	path := filepath.Join(mp, "back.bin")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	readsBefore := metricSum(t, d, "posix_reads_total")
+	getsBefore := metricAt(t, d, "s3_requests_total", "get,ok")
+	bytesBefore := metricSum(t, d, "s3_received_bytes_total")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mmapThreadsEnv+"=back:"+path)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 3 {
+		t.Skip("this kernel refuses shared mappings of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP came with Linux 6.6)")
+	}
+	if err != nil {
+		t.Fatalf("a mapping copied backward in a child: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != sum {
+		t.Fatalf("a mapping copied backward: sha256 %s, want %s", got, sum)
+	}
+	reads := metricSum(t, d, "posix_reads_total") - readsBefore
+	gets := metricAt(t, d, "s3_requests_total", "get,ok") - getsBefore
+	received := metricSum(t, d, "s3_received_bytes_total") - bytesBefore
+	t.Logf("%v FUSE reads, %v GETs, %v bytes received for %d", reads, gets, received, size)
+	if gets*3 > reads {
+		t.Errorf("%v GETs for %v FUSE reads: want under a third as many", gets, reads)
+	}
+	if received > size*11/10 {
+		t.Errorf("%v bytes received from S3 for a %d-byte object: want at most 1.1 times it", received, size)
+	}
+}
+
 // mmapThreadsEnv asks the test binary, started as a child, to read a file
-// through a shared mapping with threads (THREADS:PATH) and print its
-// sha256 (childMmapThreads).
+// through a shared mapping with threads (THREADS:PATH), or from its end
+// down a page at a time (back:PATH), and print its sha256
+// (childMmapThreads).
 const mmapThreadsEnv = "S3GDSFS_TEST_MMAP_THREADS"
 
 func init() {
@@ -163,6 +207,9 @@ func init() {
 func childMmapThreads(arg string) int {
 	n, path, _ := strings.Cut(arg, ":")
 	threads, err := strconv.Atoi(n)
+	if n == "back" {
+		threads, err = 1, nil
+	}
 	if err != nil || threads < 1 {
 		fmt.Fprintln(os.Stderr, "bad", mmapThreadsEnv, arg)
 		return 1
@@ -189,6 +236,14 @@ func childMmapThreads(arg string) int {
 	}
 	defer syscall.Munmap(data)
 	dst := make([]byte, size)
+	if n == "back" {
+		for pos := (size - 1) / 4096 * 4096; pos >= 0; pos -= 4096 {
+			copy(dst[pos:min(pos+4096, size)], data[pos:min(pos+4096, size)])
+		}
+		sum := sha256.Sum256(dst)
+		fmt.Println(hex.EncodeToString(sum[:]))
+		return 0
+	}
 	share := (size + threads - 1) / threads
 	var wg sync.WaitGroup
 	for i := range threads {

@@ -38,6 +38,13 @@ import "sync"
 // ends it (what it claimed still arrives): several readers at once are
 // served by ranged GETs in parallel, which one GET cannot be.
 //
+// A stream may also run backward: each read ending where the one before
+// began, as a copy out of a mapping does when it runs from its end (glibc's
+// memmove copies backward when the destination lies above the source, and
+// each fault's read-around then reads the pages just below those read). Its
+// window reaches below the read instead, grown and bounded alike; without
+// it each such read would be a random read, a ranged GET of its own.
+//
 // When a window grows: it starts at Config.InitialWindow (small, so that
 // the first byte is quick) and doubles with every sequential read of its
 // stream that asks for more.
@@ -90,6 +97,10 @@ type seqStream struct {
 	prefetchedTo int64
 	// streak is set once the stream has read sequentially.
 	streak bool
+	// back: the stream reads backward (see above). low is where its
+	// latest read began, prefetchedFrom the lowest byte asked for.
+	back                bool
+	low, prefetchedFrom int64
 	// used is the prefetcher's clock at its latest read.
 	used uint64
 }
@@ -97,6 +108,9 @@ type seqStream struct {
 // continues reports how far a read at off is from where s reads next, and
 // whether it continues s: see the tolerances above.
 func (s *seqStream) continues(off, partSize int64) (dist int64, ok bool) {
+	if s.back {
+		return 0, false
+	}
 	dist = off - s.nextOff
 	if dist == 0 {
 		return 0, true
@@ -107,14 +121,35 @@ func (s *seqStream) continues(off, partSize int64) (dist int64, ok bool) {
 	return max(dist, -dist), true
 }
 
-// match returns the stream a read at off continues, the nearest one, or
-// nil. Called with p.mu held.
-func (p *prefetcher) match(off int64) *seqStream {
+// continuesBack reports how far a read ending at end is from where s's
+// latest read began, and whether it continues s backward: it ends right
+// there (which turns a stream of one read backward), or, once s runs
+// backward, up to a part above or two below, mirroring continues.
+func (s *seqStream) continuesBack(end, partSize int64) (dist int64, ok bool) {
+	if s.streak && !s.back {
+		return 0, false
+	}
+	dist = s.low - end
+	if dist == 0 {
+		return 0, true
+	}
+	if !s.back || dist < -partSize || dist > 2*partSize {
+		return 0, false
+	}
+	return max(dist, -dist), true
+}
+
+// match returns the stream a read of [off, end) continues, the nearest
+// one, forward or backward, or nil. Called with p.mu held.
+func (p *prefetcher) match(off, end int64) *seqStream {
 	partSize := p.h.f.cfg.PartSize
 	var best *seqStream
 	var bestDist int64
 	for _, s := range p.streams {
 		if d, ok := s.continues(off, partSize); ok && (best == nil || d < bestDist) {
+			best, bestDist = s, d
+		}
+		if d, ok := s.continuesBack(end, partSize); ok && (best == nil || d < bestDist) {
 			best, bestDist = s, d
 		}
 	}
@@ -145,7 +180,7 @@ func (p *prefetcher) add(off int64) *seqStream {
 		p.dropped(p.streams[oldest])
 		p.streams = append(p.streams[:oldest], p.streams[oldest+1:]...)
 	}
-	s := &seqStream{start: off, nextOff: off, window: p.h.f.cfg.InitialWindow}
+	s := &seqStream{start: off, nextOff: off, low: off, window: p.h.f.cfg.InitialWindow}
 	p.streams = append(p.streams, s)
 	if p.whole != nil && len(p.streams) > 1 {
 		p.endWhole()
@@ -157,6 +192,9 @@ func (p *prefetcher) add(off int64) *seqStream {
 // run into what another stream read from its start: its reader went on
 // elsewhere, or now reads where the other stream has fetched. Called with p.mu held.
 func (p *prefetcher) finished(s *seqStream) bool {
+	if s.back {
+		return s.low <= 0 // read down to the start
+	}
 	if s.nextOff >= p.h.obj.version.Size {
 		return true // read to the end
 	}
@@ -213,7 +251,7 @@ func (p *prefetcher) plan(off, end int64) (sequential bool) {
 		p.wholeTried = true
 		p.streams = append(p.streams, &seqStream{nextOff: at, window: f.cfg.InitialWindow, streak: true})
 	}
-	s := p.match(off)
+	s := p.match(off, end)
 	sequential = s != nil
 	if s == nil {
 		// The handle's first read, at the beginning: a reader that
@@ -226,7 +264,20 @@ func (p *prefetcher) plan(off, end int64) (sequential bool) {
 	s.used = p.clock
 	p.last = s
 	var from, to int64
-	if sequential {
+	if sequential && (s.back || (!s.streak && end == s.low && off != s.nextOff)) {
+		if !s.back { // its second read, ending where its first began
+			s.back, s.prefetchedFrom = true, s.low/bs*bs
+		}
+		limit := f.windowLimit(len(p.streams))
+		s.window = min(s.window, limit)
+		if off-s.prefetchedFrom < s.window/2 {
+			from, to = max(off-s.window, 0)/bs, s.prefetchedFrom/bs
+			s.prefetchedFrom = from * bs
+			s.window = min(s.window*2, limit)
+		}
+		s.low = min(s.low, off)
+		s.streak = true
+	} else if sequential {
 		limit := f.windowLimit(len(p.streams)) // more files or streams may be reading now
 		s.window = min(s.window, limit)
 		if s.prefetchedTo-end < s.window/2 {
@@ -262,7 +313,9 @@ func (p *prefetcher) plan(off, end int64) (sequential bool) {
 			// What was not started is not coming: let the next read ask
 			// again rather than fetch those blocks one at a time.
 			p.mu.Lock()
-			if s.prefetchedTo == to*bs {
+			if s.back && s.prefetchedFrom == from*bs {
+				s.prefetchedFrom = to * bs // the blocks next to the reader may not have started
+			} else if !s.back && s.prefetchedTo == to*bs {
 				s.prefetchedTo = reached * bs
 			}
 			p.mu.Unlock()

@@ -295,6 +295,46 @@ func TestSequentialReadIsExactAndWindowGrows(t *testing.T) {
 	}
 }
 
+// A reader that goes down the object, each read ending where the one
+// before began (a copy out of a mapping that runs backward), is a stream
+// too: it is fed ahead below its reads by whole parts, not a GET per read,
+// and every byte is right.
+func TestBackwardReadIsExactAndFedAhead(t *testing.T) {
+	s := newMemStore()
+	const size = 300*4096 + 123
+	data := randomBytes(size, 5)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.NoStream = true
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	const step = 4096 + 100 // reads not aligned to blocks, about a block each
+	got := make([]byte, size)
+	reads := 0
+	for end := int64(size); end > 0; end -= step {
+		off := max(end-step, 0)
+		if n, err := h.ReadAt(context.Background(), got[off:end], off); err != nil || n != int(end-off) {
+			t.Fatalf("read [%d, %d): %d bytes, %v", off, end, n, err)
+		}
+		reads++
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("the backward read differs from the object")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parts := 0
+	for _, g := range s.gets {
+		if strings.HasSuffix(g, "+16384") {
+			parts++
+		}
+	}
+	// As random reads they would take a GET each at least.
+	if len(s.gets) > reads/2 || parts < len(s.gets)/2 {
+		t.Fatalf("%d reads backward took %d GETs, %d of them whole parts: want few, mostly parts: %v", reads, len(s.gets), parts, s.gets)
+	}
+}
+
 // Random reads fetch the blocks they span and nothing more, and the missing
 // blocks of one read come in one ranged GET, not one round trip after
 // another.

@@ -317,6 +317,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, errno(err)
 	}
+	h.SetPageCache(pageCache{&f.Inode})
 	// The core chose the open's reads; direct I/O is the kernel's to know.
 	// Otherwise the inode is this version of the object (a new version is
 	// a new inode), so what the page cache holds for it stays right across
@@ -336,13 +337,33 @@ type fileHandle struct {
 }
 
 var (
-	_ gofs.FileReader   = (*fileHandle)(nil)
-	_ gofs.FileReleaser = (*fileHandle)(nil)
+	_ gofs.FileFlagsReader = (*fileHandle)(nil)
+	_ gofs.FileReleaser    = (*fileHandle)(nil)
 )
 
-func (fh *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+// pageCache is a file's page cache in the kernel, which its handles fill
+// ahead of the page cache's own reads (vfs/pagecache.go) with NOTIFY_STORE.
+type pageCache struct{ inode *gofs.Inode }
+
+func (c pageCache) Store(off int64, b []byte) error {
+	if en := c.inode.WriteCache(off, b); en != 0 {
+		return en
+	}
+	return nil
+}
+
+// ReadWithFlags serves a read. The kernel marks a direct-I/O read(2)'s
+// reads with READ_LOCKOWNER; the others come from the page cache (its
+// readahead, a mapping's faults), which the handle may fill ahead.
+func (fh *fileHandle) ReadWithFlags(ctx context.Context, dest []byte, off int64, readFlags uint32) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
-	r, err := fh.h.Read(ctx, off, len(dest))
+	var r vfs.Reply
+	var err error
+	if readFlags&fuse.READ_LOCKOWNER != 0 {
+		r, err = fh.h.Read(ctx, off, len(dest))
+	} else {
+		r, err = fh.h.ReadPageCache(ctx, off, len(dest))
+	}
 	fh.mount.m.PosixReads.Inc()
 	fh.mount.m.PosixReadSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {

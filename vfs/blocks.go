@@ -20,14 +20,14 @@ type blockReader struct {
 // read returns the cached blocks' bytes covering [off, off+n) (shorter at
 // the end of the object), for the FUSE layer to write straight from them,
 // and the release to call once they are written.
-func (b *blockReader) read(ctx context.Context, off int64, n int) (Reply, error) {
+func (b *blockReader) read(ctx context.Context, off int64, n int, cached bool) (Reply, error) {
 	h := b.h
 	size := h.obj.version.Size
 	if off >= size || n == 0 {
 		return Reply{Release: func() {}}, nil
 	}
 	end := min(off+int64(n), size)
-	sequential := b.ahead.plan(off, end)
+	sequential := b.ahead.plan(off, end, cached && h.fills())
 	bs := int64(h.f.cfg.BlockSize)
 	var views [][]byte
 	var held []*cache.Block

@@ -102,6 +102,25 @@ func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, 
 	return fe.wait(ctx, p)
 }
 
+// held returns block idx of o with a reference for the caller if it is
+// cached or on its way (then once it is in), or nil: it never starts a
+// download.
+func (fe *fetcher) held(ctx context.Context, o object, idx int64) (*cache.Block, error) {
+	key := cache.BlockKey{Object: o.id, Index: idx}
+	if b := fe.f.blocks.Get(key); b != nil {
+		return b, nil
+	}
+	fe.mu.Lock()
+	p, ok := fe.inflight[key]
+	if !ok {
+		fe.mu.Unlock()
+		return fe.f.blocks.Get(key), nil // it may have come in between the two looks
+	}
+	p.waiters++
+	fe.mu.Unlock()
+	return fe.wait(ctx, p)
+}
+
 func (fe *fetcher) wait(ctx context.Context, p *pending) (*cache.Block, error) {
 	select {
 	case <-p.done:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/s3gdsfs/s3gdsfs/objstore"
 )
@@ -27,10 +28,17 @@ type Handle struct {
 	readers []reader
 	spliced *splicer // nil unless the open may splice
 	blocks  blockReader
+	// cache is the page cache the handle fills ahead of the reads the
+	// page cache sends (pagecache.go); nil: none. cacheRefused: the
+	// kernel refused a fill, and the handle fills no more.
+	cache        PageCache
+	cacheRefused atomic.Bool
+	closed       atomic.Bool
 }
 
 // A reader is one way of serving a handle's reads. read serves [off, off+n)
-// (fewer bytes only at the end of the object) or, for a read it does not
+// (fewer bytes only at the end of the object; cached: the page cache sent
+// the read, see Handle.ReadPageCache) or, for a read it does not
 // serve (not its kind of read, or its GET has ended), returns errFallBack,
 // having handed the handle's place to the readers after it (readState);
 // the next one is asked then. close ends what it holds, at the handle's
@@ -38,7 +46,7 @@ type Handle struct {
 // after read returns (a spliced one) holds its reader's turn instead,
 // which the reply's Done gives back (splice.go).
 type reader interface {
-	read(ctx context.Context, off int64, n int) (Reply, error)
+	read(ctx context.Context, off int64, n int, cached bool) (Reply, error)
 	close()
 }
 
@@ -115,10 +123,21 @@ func (h *Handle) DirectIO() bool { return h.directIO }
 // the handle's readers are asked in order, and the first that takes the
 // read serves it.
 func (h *Handle) Read(ctx context.Context, off int64, n int) (Reply, error) {
+	return h.read(ctx, off, n, false)
+}
+
+// ReadPageCache is Read for a read the kernel's page cache sent (its
+// readahead, a fault of a mapping) rather than a direct-I/O read(2): the
+// handle may fill the page cache ahead of such reads (pagecache.go).
+func (h *Handle) ReadPageCache(ctx context.Context, off int64, n int) (Reply, error) {
+	return h.read(ctx, off, n, true)
+}
+
+func (h *Handle) read(ctx context.Context, off int64, n int, cached bool) (Reply, error) {
 	for _, r := range h.readers {
 		// A read that found the object changed has had its name
 		// forgotten by the GET that found it (fetcher.gets' OnChanged).
-		if rep, err := r.read(ctx, off, n); err != errFallBack {
+		if rep, err := r.read(ctx, off, n, cached); err != errFallBack {
 			return rep, err
 		}
 	}
@@ -132,6 +151,7 @@ func (h *Handle) Read(ctx context.Context, off int64, n int) (Reply, error) {
 // claimed are in, as other readers may be waiting for them), and it leaves
 // the version's readers.
 func (h *Handle) Close() {
+	h.closed.Store(true)
 	for _, r := range h.readers {
 		r.close()
 	}

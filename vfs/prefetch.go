@@ -1,6 +1,9 @@
 package vfs
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // The prefetcher decides what a handle's blocks fetch ahead of its readers.
 //
@@ -77,6 +80,10 @@ type prefetcher struct {
 	wholeFor *seqStream
 	// wholeTried: a handle sends at most one whole-object GET.
 	wholeTried bool
+	// inPageCache holds the blocks the handle's page cache has (or is
+	// getting) whole: filled (pagecache.go), or asked for by a read the
+	// page cache sent. Overlapping streams fill each block once.
+	inPageCache map[int64]struct{}
 }
 
 // maxStreams is how many sequential readers one handle follows at once:
@@ -239,12 +246,17 @@ func (p *prefetcher) fenceFor(s *seqStream, end, blocks int64) int64 {
 }
 
 // plan follows the read of [off, end), starts what is to be fetched ahead
-// of it, and reports whether the read was sequential.
-func (p *prefetcher) plan(off, end int64) (sequential bool) {
+// of it, and reports whether the read was sequential. With fill, the page
+// cache sent the read, and what a sequential stream fetches ahead is
+// copied into it as it comes in (pagecache.go).
+func (p *prefetcher) plan(off, end int64, fill bool) (sequential bool) {
 	h := p.h
 	f := h.f
 	bs := int64(f.cfg.BlockSize)
 	p.mu.Lock()
+	if fill {
+		p.markInPageCache((off+bs-1)/bs, end/bs)
+	}
 	if first, at, handedOver := h.st.startBlocks(h); first && handedOver {
 		// A spliced GET served the reader up to at: one GET of the
 		// object has been spent, so no whole-object stream.
@@ -306,10 +318,22 @@ func (p *prefetcher) plan(off, end int64) (sequential bool) {
 	if p.wholeFor == s {
 		whole = p.whole
 	}
+	back := s.back
 	h.st.moved(h, s.nextOff, sequential)
 	p.mu.Unlock()
 	if to > from {
-		if reached := p.fetchAhead(whole, from, to); reached < to {
+		reached := p.fetchAhead(whole, from, to)
+		if fill && sequential && reached > from {
+			blocks := make([]int64, 0, reached-from)
+			for i := from; i < reached; i++ {
+				blocks = append(blocks, i)
+			}
+			if back {
+				slices.Reverse(blocks) // nearest to the reader first
+			}
+			p.fill(s, blocks)
+		}
+		if reached < to {
 			// What was not started is not coming: let the next read ask
 			// again rather than fetch those blocks one at a time.
 			p.mu.Lock()

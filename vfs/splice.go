@@ -125,7 +125,7 @@ type splicer struct {
 
 // read serves [off, off+n) from the handle's spliced GET, starting one at
 // offset 0; the reply is n bytes, fewer only at the end of the object.
-func (s *splicer) read(ctx context.Context, off int64, n int) (Reply, error) {
+func (s *splicer) read(ctx context.Context, off int64, n int, _ bool) (Reply, error) {
 	h := s.h
 	size := h.obj.version.Size
 	feed := s.feed.Load()

@@ -153,7 +153,7 @@ func openSpliced(t *testing.T, f *FS, key string) *Handle {
 // spliceRead asks h's spliced reader alone for a read; ok is false when it
 // falls back to the next reader.
 func spliceRead(h *Handle, off int64, n int) (r Reply, ok bool) {
-	r, err := h.spliced.read(context.Background(), off, n)
+	r, err := h.spliced.read(context.Background(), off, n, false)
 	return r, err == nil
 }
 

@@ -81,6 +81,12 @@ type Config struct {
 	// never copied through the daemon (splice.go). Needs a store that is a
 	// RawGetter and replies the FUSE layer splices.
 	Splice bool
+	// FillPageCache copies what a stream of the page cache's reads (a
+	// mapping's faults, the kernel's readahead) fetches ahead into the
+	// page cache as it comes in, so that the reader finds it there
+	// (pagecache.go). Needs a FUSE layer that gives handles their page
+	// cache (Handle.SetPageCache).
+	FillPageCache bool
 	// Writes is the write side: off unless Writes.Allow (upload.go).
 	Writes WriteConfig
 	// SpliceAhead has a spliced feed move the next reply's bytes out of
@@ -117,6 +123,7 @@ func DefaultConfig() Config {
 		StreamIdle:    5 * time.Second,
 		// Where DirectIOAuto switches to direct I/O.
 		DirectIOMinSize: 64 << 20,
+		FillPageCache:   true,
 		Writes:          DefaultWriteConfig(),
 	}
 }
@@ -255,7 +262,8 @@ type FS struct {
 	blocks *cache.Store
 	fetch  *fetcher
 
-	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
+	readingHandles atomic.Int64  // open handles that have read: each one's share of block memory
+	fillSlots      chan struct{} // blocks being copied into page caches (pagecache.go)
 
 	// readers are the open handles of each object version (by object id)
 	// and what they know of each other (handle.go's readState).
@@ -279,16 +287,17 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		return nil, err
 	}
 	f := &FS{
-		store:   store,
-		cfg:     cfg,
-		log:     log,
-		m:       m,
-		meta:    cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
-		listed:  newListings(cfg.MetaTTL, min(cfg.MetaEntries, maxListedEntries)),
-		loads:   newDirLoads(),
-		blocks:  blocks,
-		skipped: make(map[string]struct{}),
-		readers: make(map[string]*readState),
+		store:     store,
+		cfg:       cfg,
+		log:       log,
+		m:         m,
+		meta:      cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
+		listed:    newListings(cfg.MetaTTL, min(cfg.MetaEntries, maxListedEntries)),
+		loads:     newDirLoads(),
+		blocks:    blocks,
+		skipped:   make(map[string]struct{}),
+		readers:   make(map[string]*readState),
+		fillSlots: make(chan struct{}, fillWorkers),
 	}
 	f.fetch = newFetcher(f)
 	m.MemoryLimit.Set(float64(cfg.MemoryLimit))

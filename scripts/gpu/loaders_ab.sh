@@ -4,7 +4,8 @@
 # ranges, 16 streams) and the same programs on a tmpfs copy:
 #   THREADS x CHUNK MiB preads into pinned memory, safetensors.torch.load_file(device="cuda"),
 #   one thread of GPU-read ioctls in order (4 and 64 MiB), s3gds.load_safetensors.
-# PROGRAMS picks which of load, preads, loadfile and ioctl each variant runs (default all).
+# PROGRAMS picks which of load, preads, loadfile and ioctl each variant runs (default all); LOADS
+# loads with s3gds.load_safetensors on each mount (default 1, the fresh daemon's first).
 # VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
 # commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
 # (--pprof), written to $OUT/NAME.pprof. The FUSE ceiling first: the same preads of a file of
@@ -29,7 +30,7 @@ python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket
 python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
 P=$MP/ckpt.safetensors
 # counters LABEL: the daemon's counters of FUSE reads and GETs (the metrics' text) to $OUT/counters/LABEL.
-counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total)' > "$OUT/counters/$1" || true; }
+counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|page_cache_fill)' > "$OUT/counters/$1" || true; }
 # delta A B: what the counters moved between two snapshots, where the time of a FUSE read went.
 delta() {
   python3 - "$OUT/counters/$1" "$OUT/counters/$2" "$2" <<'PY' | tee -a "$OUT/where.txt"
@@ -54,6 +55,7 @@ if gets:
     out["gets"] = gets
     out["get_ms"] = round(1e3 * sum(v for k, v in m.items() if k.startswith('s3gdsfs_s3_request_seconds_sum{op="get"')) / gets, 3)
 out["received_gb"] = round(g("s3gdsfs_s3_received_bytes_total") / 1e9, 3)
+out["page_cache_filled_gb"] = round(g("s3gdsfs_page_cache_fill_bytes_total") / 1e9, 3)
 print(out)
 PY
 }
@@ -92,7 +94,11 @@ for v in $VARIANTS; do
   drop_page_cache
   S3GDSFS=$BIN/$build mount_s3gdsfs "$name.log" $prof $flags
   [ -n "$prof" ] && { curl -s -o "$OUT/$name.pprof" "http://127.0.0.1:9737/debug/pprof/profile?seconds=${PROFILE_SECS:-40}" & PROF_PID=$!; }
-  has load && run "$name" load --path $P --local $CKPT
+  if has load; then
+    run "$name" load --path $P --local $CKPT
+    # LOADS=N: N-1 more loads on the same mount, after the first (a fresh daemon's).
+    for i in $(seq 2 "${LOADS:-1}"); do run "$name" load --path $P --local $CKPT --label "load_safetensors-$i"; done
+  fi
   counters "$name-0"
   if has preads; then
     drop_page_cache; run "$name" preads --path $P --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"

@@ -705,6 +705,16 @@ type FileReader interface {
 	Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno)
 }
 
+// FileFlagsReader is a FileReader that is also given the request's read
+// flags (fuse.ReadIn.ReadFlags), and is called instead of Read. The kernel
+// sets fuse.READ_LOCKOWNER on the reads it makes for a read(2) of a file
+// opened with direct I/O (FOPEN_DIRECT_IO), and not on those its page
+// cache makes (readahead, a fault of a mapping), so a filesystem can tell
+// which bytes the page cache keeps.
+type FileFlagsReader interface {
+	ReadWithFlags(ctx context.Context, dest []byte, off int64, readFlags uint32) (fuse.ReadResult, syscall.Errno)
+}
+
 // See NodeWriter.
 type FileWriter interface {
 	Write(ctx context.Context, data []byte, off int64) (written uint32, errno syscall.Errno)

@@ -909,6 +909,10 @@ func (b *rawBridge) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte)
 		res, errno := fops.Read(ctx, f.file, buf, int64(input.Offset))
 		return res, errnoToStatus(errno)
 	}
+	if fr, ok := f.file.(FileFlagsReader); ok {
+		res, errno := fr.ReadWithFlags(ctx, buf, int64(input.Offset), input.ReadFlags)
+		return res, errnoToStatus(errno)
+	}
 	if fr, ok := f.file.(FileReader); ok {
 		res, errno := fr.Read(ctx, buf, int64(input.Offset))
 		return res, errnoToStatus(errno)

@@ -1,0 +1,233 @@
+package vfs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// recordingCache is a page cache that keeps what is stored in it, or
+// refuses every store with fail.
+type recordingCache struct {
+	mu     sync.Mutex
+	stores map[int64][]byte
+	times  map[int64]int // stores at each offset
+	calls  int
+	fail   error
+}
+
+func (c *recordingCache) Store(off int64, b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	if c.fail != nil {
+		return c.fail
+	}
+	if c.stores == nil {
+		c.stores, c.times = make(map[int64][]byte), make(map[int64]int)
+	}
+	c.stores[off] = bytes.Clone(b)
+	c.times[off]++
+	return nil
+}
+
+// filled is the bytes stored so far and the number of Store calls.
+func (c *recordingCache) filled() (n int64, calls int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.stores {
+		n += int64(len(b))
+	}
+	return n, c.calls
+}
+
+// readThrough reads [off, off+n) with h's Read (cached false: a direct
+// read(2)) or ReadPageCache, and checks the bytes against data.
+func readThrough(t *testing.T, h *Handle, data []byte, off int64, n int, cached bool) {
+	t.Helper()
+	read := h.Read
+	if cached {
+		read = h.ReadPageCache
+	}
+	r, err := read(context.Background(), off, n)
+	if err != nil {
+		t.Fatalf("read at %d: %v", off, err)
+	}
+	var got []byte
+	for _, v := range r.Views {
+		got = append(got, v...)
+	}
+	r.Release()
+	if !bytes.Equal(got, data[off:min(off+int64(n), int64(len(data)))]) {
+		t.Fatalf("read at %d differs from the object", off)
+	}
+}
+
+// waitFilled waits until c holds at least want bytes, or fails after a
+// while.
+func waitFilled(t *testing.T, c *recordingCache, want int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if n, _ := c.filled(); n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			n, _ := c.filled()
+			t.Fatalf("page cache filled with %d bytes, want at least %d", n, want)
+		}
+	}
+}
+
+// A stream of reads the page cache sends is filled ahead, every byte
+// stored where it belongs; the reads of direct read(2)s of the same
+// object fill nothing.
+func TestPageCacheReadsAreFilledAheadAndDirectReadsAreNot(t *testing.T) {
+	s := newMemStore()
+	const bs = 4096
+	data := randomBytes(300*bs, 9)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.NoStream = true
+	cfg.FillPageCache = true
+	f := newTestFS(t, s, cfg)
+
+	direct := openFile(t, f, "obj")
+	defer direct.Close()
+	dc := &recordingCache{}
+	direct.SetPageCache(dc)
+	for off := int64(0); off < int64(len(data)); off += 2 * bs {
+		readThrough(t, direct, data, off, 2*bs, false)
+	}
+
+	h := openFile(t, f, "obj")
+	defer h.Close()
+	pc := &recordingCache{}
+	h.SetPageCache(pc)
+	const reads = 8
+	for off := int64(0); off < reads*bs; off += bs {
+		readThrough(t, h, data, off, bs, true)
+	}
+	// The window has grown past the reads: what it fetched beyond them
+	// is filled.
+	waitFilled(t, pc, 4*bs)
+	pc.mu.Lock()
+	for off, b := range pc.stores {
+		if off%bs != 0 || !bytes.Equal(b, data[off:off+int64(len(b))]) {
+			t.Errorf("stored %d bytes at %d: not the object's block there", len(b), off)
+		}
+	}
+	pc.mu.Unlock()
+	// The counter follows each store; the fills may still be going on.
+	eventually(t, func() string {
+		n, _ := pc.filled()
+		if got := counterValue(t, f.m, "page_cache_fill_bytes_total", ""); got != float64(n) {
+			return fmt.Sprintf("s3gdsfs_page_cache_fill_bytes_total = %v, want the %d bytes stored", got, n)
+		}
+		return ""
+	})
+	if n, calls := dc.filled(); n != 0 || calls != 0 {
+		t.Errorf("direct reads filled the page cache: %d bytes in %d stores", n, calls)
+	}
+}
+
+// A read the page cache sends out of its stream's order (the kernel's
+// readahead of one fault ahead of another's) starts a second stream
+// inside what the first has filled: the two fill each block once, and
+// what either read is not filled.
+func TestOverlappingStreamsFillEachBlockOnce(t *testing.T) {
+	s := newMemStore()
+	const bs = 4096
+	data := randomBytes(300*bs, 11)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.NoStream = true
+	cfg.FillPageCache = true
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	defer h.Close()
+	pc := &recordingCache{}
+	h.SetPageCache(pc)
+	for i := int64(0); i < 16; i++ {
+		readThrough(t, h, data, i*bs, bs, true)
+	}
+	waitFilled(t, pc, 8*bs) // the first stream's window, filled ahead
+	// Beyond two parts ahead of the first stream: a stream of its own.
+	for i := int64(26); i < 60; i++ {
+		readThrough(t, h, data, i*bs, bs, true)
+	}
+	for i := int64(16); i < 26; i++ {
+		readThrough(t, h, data, i*bs, bs, true)
+	}
+	time.Sleep(50 * time.Millisecond) // let the last fills land
+	h.Close()
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for off, n := range pc.times {
+		if n > 1 {
+			t.Errorf("block at %d stored %d times", off, n)
+		}
+		if b := pc.stores[off]; !bytes.Equal(b, data[off:off+int64(len(b))]) {
+			t.Errorf("stored %d bytes at %d: not the object's block there", len(b), off)
+		}
+	}
+	if got := counterValue(t, f.m, "page_cache_fill_skips_total", "filled"); got < 1 {
+		t.Errorf("s3gdsfs_page_cache_fill_skips_total{reason=filled} = %v, want the second stream to find blocks filled", got)
+	}
+}
+
+// A kernel that refuses a fill (the inode forgotten) stops the handle's
+// fills; its reads go on, exact.
+func TestRefusedPageCacheFillStopsTheHandlesFills(t *testing.T) {
+	s := newMemStore()
+	const bs = 4096
+	data := randomBytes(300*bs, 10)
+	s.put("b", "obj", data, "e1")
+	cfg := smallConfig()
+	cfg.NoStream = true
+	cfg.FillPageCache = true
+	f := newTestFS(t, s, cfg)
+	h := openFile(t, f, "obj")
+	defer h.Close()
+	pc := &recordingCache{fail: fmt.Errorf("notify store: %w", syscall.ENOENT)}
+	h.SetPageCache(pc)
+	readThrough(t, h, data, 0, bs, true)
+	readThrough(t, h, data, bs, bs, true)
+	for deadline := time.Now().Add(10 * time.Second); !h.cacheRefused.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a refused fill did not stop the handle's fills")
+		}
+	}
+	for off := int64(2 * bs); off < int64(len(data)); off += bs {
+		readThrough(t, h, data, off, bs, true)
+	}
+	// Only fills already past the check when the first was refused may
+	// have called Store.
+	if _, calls := pc.filled(); calls > fillWorkers {
+		t.Errorf("%d stores after the kernel refused one, want at most %d (those already under way)", calls, fillWorkers)
+	}
+	eventually(t, func() string {
+		if got := counterValue(t, f.m, "page_cache_fill_skips_total", "refused"); got < 1 {
+			return fmt.Sprintf("s3gdsfs_page_cache_fill_skips_total{reason=refused} = %v, want at least 1", got)
+		}
+		return ""
+	})
+}
+
+// eventually waits until check returns "", or fails with what it last
+// returned after a while.
+func eventually(t *testing.T, check func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		why := check()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
+	}
+}

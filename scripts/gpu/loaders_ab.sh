@@ -69,6 +69,9 @@ bound() {
 }
 echo "== references"
 bound bound-first
+# The host's copy rate into cold memory with as many threads as the preads: each byte a preading
+# loader reads from the mount is copied at least twice on this host (socket to daemon, daemon to reader).
+python3 scripts/gpu/host_copy.py --threads "$THREADS" --gib 4 | tee -a "$J" || true
 run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
 run tmpfs loadfile --path $CKPT --local $CKPT
 # The FUSE ceiling: the same preads of a file go-fuse serves from memory (bench/fuseread), with
@@ -122,6 +125,8 @@ b = [r["gbps"] for r in rows if r.get("kind") == "bound" and r.get("gbps")]
 bound = max(b) if b else None
 print(f"bound (best of {len(b)}): {bound}")
 for r in rows:
+    if r.get("kind") == "host_copy":
+        print(f'host copy into cold memory, {r["threads"]} threads: {r["gbps"]} GB/s'); continue
     if r.get("kind") in ("bound", "failed"): continue
     g = r.get("gbps")
     c = r.get("cpu", {})

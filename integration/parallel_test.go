@@ -113,7 +113,9 @@ func TestMmapReadIsFilledAhead(t *testing.T) {
 		"back": srv.PutRandomObject(t, "data", "fill-back.bin", size, 85),
 	}
 	// 1 MiB requests and readahead: without fills, a read per MiB.
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.MaxRead, c.ReadAhead = 1<<20, 1<<20 })
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
+		c.FS.MaxRead, c.ReadAhead, c.Core.FillPageCache = 1<<20, 1<<20, true
+	})
 	for _, way := range []string{"1", "back"} {
 		path, sum := filepath.Join(mp, "fill-"+way+".bin"), sums[way]
 		if err := dropPageCache(path); err != nil {

@@ -123,8 +123,10 @@ func DefaultConfig() Config {
 		StreamIdle:    5 * time.Second,
 		// Where DirectIOAuto switches to direct I/O.
 		DirectIOMinSize: 64 << 20,
-		FillPageCache:   true,
-		Writes:          DefaultWriteConfig(),
+		// Off until measured on the GPU machine (docs/benchmarks.md,
+		// "Defaults and why").
+		FillPageCache: false,
+		Writes:        DefaultWriteConfig(),
 	}
 }
 

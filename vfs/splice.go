@@ -125,11 +125,17 @@ type splicer struct {
 
 // read serves [off, off+n) from the handle's spliced GET, starting one at
 // offset 0; the reply is n bytes, fewer only at the end of the object.
-func (s *splicer) read(ctx context.Context, off int64, n int, _ bool) (Reply, error) {
+func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Reply, error) {
 	h := s.h
 	size := h.obj.version.Size
 	feed := s.feed.Load()
 	if feed == nil {
+		// A mapping's faults that the blocks fill the page cache ahead of
+		// (pagecache.go) are not spliced: a spliced reply is copied into
+		// the page cache while the reader waits, a fill beside it.
+		if cached && h.fills() {
+			return Reply{}, errFallBack
+		}
 		if off != 0 || n <= 0 || size <= 0 || !h.st.trySplice(h) {
 			return Reply{}, errFallBack
 		}

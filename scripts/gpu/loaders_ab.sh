@@ -69,7 +69,7 @@ bound() {
 }
 echo "== references"
 bound bound-first
-# The host's copy rate into cold memory with as many threads as the preads: each byte a preading
+# The host's copy rate (warm and cold memory) with as many threads as the preads: each byte a preading
 # loader reads from the mount is copied at least twice on this host (socket to daemon, daemon to reader).
 python3 scripts/gpu/host_copy.py --threads "$THREADS" --gib 4 | tee -a "$J" || true
 run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
@@ -126,7 +126,7 @@ bound = max(b) if b else None
 print(f"bound (best of {len(b)}): {bound}")
 for r in rows:
     if r.get("kind") == "host_copy":
-        print(f'host copy into cold memory, {r["threads"]} threads: {r["gbps"]} GB/s'); continue
+        print(f'host copy, {r["threads"]} threads: {r["gbps"]} GB/s into warm memory, {r.get("cold_gbps")} into cold'); continue
     if r.get("kind") in ("bound", "failed"): continue
     g = r.get("gbps")
     c = r.get("cpu", {})

@@ -149,9 +149,11 @@ func (h *Handle) read(ctx context.Context, off int64, n int, cached bool) (Reply
 // a reply still being written has left its pipe, or given up to that
 // reply's Done after Config.ReadTimeout; a stream once the blocks it
 // claimed are in, as other readers may be waiting for them), and it leaves
-// the version's readers.
+// the version's readers. A second Close does nothing.
 func (h *Handle) Close() {
-	h.closed.Store(true)
+	if h.closed.Swap(true) {
+		return // closed already
+	}
 	for _, r := range h.readers {
 		r.close()
 	}

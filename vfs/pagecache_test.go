@@ -82,31 +82,47 @@ func waitFilled(t *testing.T, c *recordingCache, want int64) {
 	}
 }
 
-// A stream of reads the page cache sends is filled ahead, every byte
-// stored where it belongs; the reads of direct read(2)s of the same
-// object fill nothing.
-func TestPageCacheReadsAreFilledAheadAndDirectReadsAreNot(t *testing.T) {
+// fillBlock is the block size of the page-cache tests' mounts.
+const fillBlock = 4096
+
+// fillingFS is a mount of one 300-block object, "obj", of ranged GETs,
+// that fills page caches: the object's bytes and the mount.
+func fillingFS(t *testing.T, seed uint64) ([]byte, *FS) {
+	t.Helper()
 	s := newMemStore()
-	const bs = 4096
-	data := randomBytes(300*bs, 9)
+	data := randomBytes(300*fillBlock, seed)
 	s.put("b", "obj", data, "e1")
 	cfg := smallConfig()
 	cfg.NoStream = true
 	cfg.FillPageCache = true
-	f := newTestFS(t, s, cfg)
+	return data, newTestFS(t, s, cfg)
+}
 
-	direct := openFile(t, f, "obj")
-	defer direct.Close()
+// openFilling opens "obj" of f with pc as its page cache; the test closes
+// it at its end.
+func openFilling(t *testing.T, f *FS, pc PageCache) *Handle {
+	t.Helper()
+	h := openFile(t, f, "obj")
+	t.Cleanup(func() { h.Close() })
+	h.SetPageCache(pc)
+	return h
+}
+
+// A stream of reads the page cache sends is filled ahead, every byte
+// stored where it belongs; the reads of direct read(2)s of the same
+// object fill nothing.
+func TestPageCacheReadsAreFilledAheadAndDirectReadsAreNot(t *testing.T) {
+	const bs = fillBlock
+	data, f := fillingFS(t, 9)
+
 	dc := &recordingCache{}
-	direct.SetPageCache(dc)
+	direct := openFilling(t, f, dc)
 	for off := int64(0); off < int64(len(data)); off += 2 * bs {
 		readThrough(t, direct, data, off, 2*bs, false)
 	}
 
-	h := openFile(t, f, "obj")
-	defer h.Close()
 	pc := &recordingCache{}
-	h.SetPageCache(pc)
+	h := openFilling(t, f, pc)
 	const reads = 8
 	for off := int64(0); off < reads*bs; off += bs {
 		readThrough(t, h, data, off, bs, true)
@@ -139,18 +155,10 @@ func TestPageCacheReadsAreFilledAheadAndDirectReadsAreNot(t *testing.T) {
 // inside what the first has filled: the two fill each block once, and
 // what either read is not filled.
 func TestOverlappingStreamsFillEachBlockOnce(t *testing.T) {
-	s := newMemStore()
-	const bs = 4096
-	data := randomBytes(300*bs, 11)
-	s.put("b", "obj", data, "e1")
-	cfg := smallConfig()
-	cfg.NoStream = true
-	cfg.FillPageCache = true
-	f := newTestFS(t, s, cfg)
-	h := openFile(t, f, "obj")
-	defer h.Close()
+	const bs = fillBlock
+	data, f := fillingFS(t, 11)
 	pc := &recordingCache{}
-	h.SetPageCache(pc)
+	h := openFilling(t, f, pc)
 	for i := int64(0); i < 16; i++ {
 		readThrough(t, h, data, i*bs, bs, true)
 	}
@@ -182,18 +190,10 @@ func TestOverlappingStreamsFillEachBlockOnce(t *testing.T) {
 // A kernel that refuses a fill (the inode forgotten) stops the handle's
 // fills; its reads go on, exact.
 func TestRefusedPageCacheFillStopsTheHandlesFills(t *testing.T) {
-	s := newMemStore()
-	const bs = 4096
-	data := randomBytes(300*bs, 10)
-	s.put("b", "obj", data, "e1")
-	cfg := smallConfig()
-	cfg.NoStream = true
-	cfg.FillPageCache = true
-	f := newTestFS(t, s, cfg)
-	h := openFile(t, f, "obj")
-	defer h.Close()
+	const bs = fillBlock
+	data, f := fillingFS(t, 10)
 	pc := &recordingCache{fail: fmt.Errorf("notify store: %w", syscall.ENOENT)}
-	h.SetPageCache(pc)
+	h := openFilling(t, f, pc)
 	readThrough(t, h, data, 0, bs, true)
 	readThrough(t, h, data, bs, bs, true)
 	for deadline := time.Now().Add(10 * time.Second); !h.cacheRefused.Load(); time.Sleep(time.Millisecond) {

@@ -220,7 +220,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		Name: "s3gdsfs_page_cache_fill_bytes_total", Help: "Bytes copied into the kernel's page cache ahead of the reads the page cache sends (a mapping's faults, readahead), so that the reader finds them there (--fill-page-cache).",
 	})
 	s.PageCacheFillSkips = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "s3gdsfs_page_cache_fill_skips_total", Help: "Blocks fetched ahead for the page cache but not copied into it, by why: read (the kernel had asked for them), filled (the page cache had them from another stream's fill or a read), closed (the file was closed), absent (not held), refused (the kernel refused a fill; the handle fills no more).",
+		Name: "s3gdsfs_page_cache_fill_skips_total", Help: "Blocks fetched ahead for the page cache but not copied into it, by why: trigger (one block of each fetched range, left for the kernel to read: its read tells the stream where the reader is), read (the kernel had asked for them), filled (the page cache had them from another stream's fill or a read), closed (the file was closed), absent (not held), refused (the kernel refused a fill; the handle fills no more).",
 	}, []string{"reason"})
 	s.SpliceBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_bytes_total", Help: "Bytes of direct-I/O reads spliced from a whole-object GET's socket into the kernel's reply, never copied through the daemon's memory (--splice).",

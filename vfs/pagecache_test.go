@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -229,5 +230,86 @@ func eventually(t *testing.T, check func() string) {
 		if time.Now().After(deadline) {
 			t.Fatal(why)
 		}
+	}
+}
+
+// The block left out of a fill for the kernel to read lies half a window
+// short of the range's far end (above it for a stream going up, below for
+// one going down), and inside the range however small.
+func TestTriggerBlockIsHalfAWindowFromTheFarEnd(t *testing.T) {
+	for _, tc := range []struct {
+		back                  bool
+		from, reached, window int64
+		want                  int64
+	}{
+		{false, 10, 42, 32, 26},
+		{true, 10, 42, 32, 25},
+		{false, 10, 12, 32, 10},
+		{true, 10, 12, 32, 11},
+		{false, 5, 6, 1, 5},
+		{true, 5, 6, 1, 5},
+	} {
+		if got := triggerBlock(tc.back, tc.from, tc.reached, tc.window); got != tc.want {
+			t.Errorf("triggerBlock(back %v, [%d, %d), window %d) = %d, want %d", tc.back, tc.from, tc.reached, tc.window, got, tc.want)
+		}
+	}
+	if got := fillOrder(true, 3, 7, 5); !slices.Equal(got, []int64{6, 4, 3}) {
+		t.Errorf("fillOrder going down = %v, want [6 4 3]", got)
+	}
+	if got := fillOrder(false, 3, 7, 5); !slices.Equal(got, []int64{3, 4, 6}) {
+		t.Errorf("fillOrder going up = %v, want [3 4 6]", got)
+	}
+}
+
+// A reader that finds its pages filled reads only the pages that are not
+// (as a mapping's faults do): the trigger blocks keep its stream fetching
+// and filling to the end of the object, every byte stored or read exact,
+// in a few reads, each for a block fetched ahead already (without them the
+// reader runs into the end of what was fetched, and waits for a GET).
+func TestReaderOfFilledPagesIsFedToTheEnd(t *testing.T) {
+	const bs = fillBlock
+	data, f := fillingFS(t, 12)
+	pc := &recordingCache{}
+	h := openFilling(t, f, pc)
+	blocks := int64(len(data)) / bs
+	read := make(map[int64]bool)
+	reads := 0
+	for i := int64(0); i < blocks; i++ {
+		pc.mu.Lock()
+		_, stored := pc.stores[i*bs]
+		pc.mu.Unlock()
+		if !stored {
+			// Past the stream's first reads, a missing page is a trigger
+			// block: fetched ahead, its read sends the next range out
+			// before the reader reaches the end of what is filled.
+			if blk, err := f.fetch.held(context.Background(), h.obj, i); err != nil || blk == nil {
+				if reads > 2 {
+					t.Errorf("block %d, read %d: not fetched ahead when the reader got to it", i, reads)
+				}
+			} else {
+				blk.Release()
+			}
+			// The kernel asks for a missing page; the fills under way
+			// may then cover the next ones before the reader gets there.
+			readThrough(t, h, data, i*bs, bs, true)
+			read[i] = true
+			reads++
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for i := int64(0); i < blocks; i++ {
+		b, stored := pc.stores[i*bs]
+		if !stored && !read[i] {
+			t.Fatalf("block %d neither filled nor read", i)
+		}
+		if stored && !bytes.Equal(b, data[i*bs:(i+1)*bs]) {
+			t.Fatalf("block %d filled with other bytes", i)
+		}
+	}
+	t.Logf("%d reads of %d blocks", reads, blocks)
+	if reads > int(blocks)/4 {
+		t.Errorf("%d reads of %d blocks: the fills did not keep ahead of the reader", reads, blocks)
 	}
 }

@@ -318,20 +318,14 @@ func (p *prefetcher) plan(off, end int64, fill bool) (sequential bool) {
 	if p.wholeFor == s {
 		whole = p.whole
 	}
-	back := s.back
+	back, window := s.back, s.window
 	h.st.moved(h, s.nextOff, sequential)
 	p.mu.Unlock()
 	if to > from {
 		reached := p.fetchAhead(whole, from, to)
 		if fill && sequential && reached > from {
-			blocks := make([]int64, 0, reached-from)
-			for i := from; i < reached; i++ {
-				blocks = append(blocks, i)
-			}
-			if back {
-				slices.Reverse(blocks) // nearest to the reader first
-			}
-			p.fill(s, blocks)
+			p.fill(s, fillOrder(back, from, reached, triggerBlock(back, from, reached, window/bs)))
+			f.m.PageCacheFillSkips.WithLabelValues("trigger").Inc()
 		}
 		if reached < to {
 			// What was not started is not coming: let the next read ask
@@ -346,6 +340,36 @@ func (p *prefetcher) plan(off, end int64, fill bool) (sequential bool) {
 		}
 	}
 	return sequential
+}
+
+// triggerBlock is the block of the range [from, reached) fetched ahead of
+// a stream that is left out of its fill, for the kernel to read: a reader
+// that finds its pages filled sends no reads, so that read is what tells
+// the stream where the reader is. It lies half the stream's window (of
+// window blocks) short of the range's far end, where a read sends the
+// next range out (plan), so the next fill is under way while the reader
+// still has half a window of filled pages ahead of it.
+func triggerBlock(back bool, from, reached, window int64) int64 {
+	half := max(window/2, 1)
+	if back { // the reader moves down: the far end is from
+		return min(reached-1, from+half-1)
+	}
+	return max(from, reached-half)
+}
+
+// fillOrder is the blocks of [from, reached) but trigger, nearest to the
+// reader first: ascending, or for a stream that runs backward descending.
+func fillOrder(back bool, from, reached, trigger int64) []int64 {
+	blocks := make([]int64, 0, reached-from)
+	for i := from; i < reached; i++ {
+		if i != trigger {
+			blocks = append(blocks, i)
+		}
+	}
+	if back {
+		slices.Reverse(blocks)
+	}
+	return blocks
 }
 
 // maxWindow is the largest window a handle's one stream may grow to now:

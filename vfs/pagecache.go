@@ -88,15 +88,18 @@ func (p *prefetcher) fillBlock(s *seqStream, idx int64) {
 		skip("read")
 		return
 	}
-	f.fillSlots <- struct{}{}
-	defer func() { <-f.fillSlots }()
 	blk, err := f.fetch.held(context.Background(), h.obj, idx)
 	if err != nil || blk == nil {
 		skip("absent")
 		return
 	}
 	defer blk.Release()
-	if h.closed.Load() {
+	// A slot is taken once the block is in: the slots bound the copies,
+	// not the waits for downloads, which would hold other files' fills
+	// back behind a slow GET.
+	f.fillSlots <- struct{}{}
+	defer func() { <-f.fillSlots }()
+	if h.closed.Load() || !h.fills() {
 		skip("closed")
 		return
 	}

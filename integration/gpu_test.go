@@ -24,6 +24,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
+	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // gpuMount mounts bucket with the host stand-in in place of CUDA: buffers
@@ -371,7 +372,7 @@ const testMaxFuseRead = 4 << 20
 func raisePipeLimitForSplice() (restore func()) {
 	was := os.Getenv(pipeLimitWasEnv)
 	if was == "" {
-		raised, err := daemon.RaisePipeLimit(testMaxFuseRead)
+		raised, err := vfs.RaisePipeLimit(testMaxFuseRead)
 		if err != nil || raised == "" {
 			return func() {}
 		}
@@ -382,7 +383,7 @@ func raisePipeLimitForSplice() (restore func()) {
 		was = raised
 	}
 	return func() {
-		if err := os.WriteFile(daemon.PipeMaxSize, []byte(was), 0o644); err != nil {
+		if err := os.WriteFile(vfs.PipeMaxSize, []byte(was), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "restoring fs.pipe-max-size:", err)
 		}
 	}

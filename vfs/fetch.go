@@ -63,19 +63,10 @@ func (fe *fetcher) blockCount(o object) int64 {
 // if nobody has it.
 func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, error) {
 	key := cache.BlockKey{Object: o.id, Index: idx}
-	if b := fe.f.blocks.Get(key); b != nil {
-		fe.f.m.BlockCacheHits.Inc()
-		return b, nil
+	if b, ok, err := fe.find(ctx, key); ok {
+		fe.f.m.BlockCacheHits.Inc() // cached, or on its way: the prefetcher did its job
+		return b, err
 	}
-	fe.mu.Lock()
-	p, ok := fe.inflight[key]
-	if ok {
-		p.waiters++
-		fe.mu.Unlock()
-		fe.f.m.BlockCacheHits.Inc() // already on its way: the prefetcher did its job
-		return fe.wait(ctx, p)
-	}
-	fe.mu.Unlock()
 	fe.f.m.BlockCacheMisses.Inc()
 
 	// A demand read may wait for memory; prefetches never do.
@@ -95,7 +86,7 @@ func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, 
 		blk.Release()
 		return b, nil
 	}
-	p = &pending{done: make(chan struct{}), waiters: 1}
+	p := &pending{done: make(chan struct{}), waiters: 1}
 	fe.inflight[key] = p
 	fe.mu.Unlock()
 	go fe.download(o, idx, []*cache.Block{blk}, []*pending{p}, nil)
@@ -107,18 +98,28 @@ func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, 
 // download.
 func (fe *fetcher) held(ctx context.Context, o object, idx int64) (*cache.Block, error) {
 	key := cache.BlockKey{Object: o.id, Index: idx}
+	if b, ok, err := fe.find(ctx, key); ok {
+		return b, err
+	}
+	return fe.f.blocks.Get(key), nil // it may have come in between the two looks
+}
+
+// find returns block key with a reference for the caller if it is cached
+// or on its way (then once it is in); ok is false when it is neither.
+func (fe *fetcher) find(ctx context.Context, key cache.BlockKey) (b *cache.Block, ok bool, err error) {
 	if b := fe.f.blocks.Get(key); b != nil {
-		return b, nil
+		return b, true, nil
 	}
 	fe.mu.Lock()
 	p, ok := fe.inflight[key]
 	if !ok {
 		fe.mu.Unlock()
-		return fe.f.blocks.Get(key), nil // it may have come in between the two looks
+		return nil, false, nil
 	}
 	p.waiters++
 	fe.mu.Unlock()
-	return fe.wait(ctx, p)
+	b, err = fe.wait(ctx, p)
+	return b, true, err
 }
 
 func (fe *fetcher) wait(ctx context.Context, p *pending) (*cache.Block, error) {

@@ -590,7 +590,7 @@ func newReplyPipe() (pr, pw int, err error) {
 // WantPipeMaxSize is what fs.pipe-max-size, the sysctl that bounds the
 // pipes of a process without CAP_SYS_RESOURCE (1 MiB by default), should be
 // for splicing replies to reads of up to maxRead bytes: twice what a reply
-// needs (daemon.RaisePipeLimit).
+// needs (RaisePipeLimit).
 func WantPipeMaxSize(maxRead int) int { return 2 * ReplyPipeSize(maxRead) }
 
 // SpliceUsable says whether the kernel lets this process make the pipes

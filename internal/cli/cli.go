@@ -12,7 +12,6 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
@@ -81,7 +80,7 @@ func RaisePipeLimitAndRestart(log *slog.Logger, childFollows bool, maxRead int) 
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	was, err := daemon.RaisePipeLimit(maxRead)
+	was, err := vfs.RaisePipeLimit(maxRead)
 	if err != nil || was == "" {
 		return nil // the mount says why it does not splice
 	}

@@ -1,25 +1,23 @@
-package daemon
+package vfs
 
 import (
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/s3gdsfs/s3gdsfs/vfs"
 )
 
 // PipeMaxSize is the sysctl that bounds the pipes of a process without
 // CAP_SYS_RESOURCE.
 const PipeMaxSize = "/proc/sys/fs/pipe-max-size"
 
-// RaisePipeLimit raises fs.pipe-max-size to vfs.WantPipeMaxSize(maxRead), what
+// RaisePipeLimit raises fs.pipe-max-size to WantPipeMaxSize(maxRead), what
 // spliced replies to FUSE reads of up to maxRead bytes need, when it is
 // lower and this process may write it (root), and returns what it was; ""
 // when it left it alone. go-fuse reads the limit once at start, so a
 // process that raised it must start again (exec itself) to splice.
 func RaisePipeLimit(maxRead int) (was string, err error) {
-	want := vfs.WantPipeMaxSize(maxRead)
+	want := WantPipeMaxSize(maxRead)
 	old, err := os.ReadFile(PipeMaxSize)
 	if err != nil {
 		return "", err

@@ -41,8 +41,9 @@ const (
 	// once, so that fills take a few CPUs, not all of them.
 	fillWorkers = 8
 	// fillRangeWorkers is how many blocks of one prefetched range are
-	// copied at once: the copy into the page cache runs at about the rate
-	// of one reader's faults, so one at a time would barely keep ahead.
+	// copied at once, so that the range's far blocks go in while the
+	// reader works through its near ones. Not tuned: fills are off by
+	// default until measured (docs/benchmarks.md).
 	fillRangeWorkers = 4
 )
 

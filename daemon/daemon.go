@@ -139,6 +139,7 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 		return nil, err
 	}
 	cfg.Core.Splice = spliceOn
+	cfg.Core.SpliceStreams = cfg.Core.SpliceStreams && spliceOn
 	// A mount that polls for requests has CPUs to spare (--fuse-poll is 0
 	// below 8 CPUs by default), and splicing the next reply beside this
 	// one needs a CPU beside the reader's: on 2 cores it gained nothing
@@ -222,7 +223,7 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	cfg.Log.Info("mounted", "mountpoint", cfg.Mountpoint, "endpoint", cfg.S3.Endpoint,
 		"bucket", cfg.Core.Bucket, "prefix", cfg.Core.Prefix, "metrics", d.addr,
 		"whole_object_streams", !cfg.Core.NoStream, "fuse_poll", cfg.FS.PollRequests,
-		"splice", cfg.Core.Splice, "splice_ahead", cfg.Core.SpliceAhead,
+		"splice", cfg.Core.Splice, "splice_ahead", cfg.Core.SpliceAhead, "splice_streams", cfg.Core.SpliceStreams,
 		"writes", cfg.Core.Writes.Allow, "overwrite", cfg.Core.Writes.AllowOverwrite)
 	if spliceWhyNot != "" && cfg.Splice != "never" {
 		cfg.Log.Info("replies not spliced", "why", spliceWhyNot)

@@ -138,29 +138,44 @@ func testSplicedReadsAreByteExact(t *testing.T, poll time.Duration) {
 	wantMetric(t, d, "block_cache_misses_total", "0", "spliced reads do not go through blocks")
 }
 
-// A spliced reader that seeks ends its GET; ordinary reads serve it from
-// there, byte-exact, and it is counted as having left.
+// A spliced reader that seeks: without stream feeds its GET ends there and
+// ordinary reads serve it from there, byte-exact, counted as having left;
+// with them (the default) each run of reads after a seek is spliced from a
+// ranged GET of its own, and no read goes through the blocks.
 func TestSplicedReaderThatSeeksIsServedByOrdinaryReads(t *testing.T) {
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	const size, seed = 24<<20 + 99, 72
-	srv.PutRandomObject(t, "data", "big.bin", size, seed)
-	mp, d := spliceMount(t, srv, "data", nil)
-	f, err := os.Open(filepath.Join(mp, "big.bin"))
-	if err != nil {
-		t.Fatal(err)
+	for _, streams := range []bool{false, true} {
+		t.Run(fmt.Sprintf("splice-streams=%v", streams), func(t *testing.T) {
+			srv := testenv.Start(t)
+			srv.CreateBucket(t, "data")
+			const size, seed = 24<<20 + 99, 72
+			srv.PutRandomObject(t, "data", "big.bin", size, seed)
+			mp, d := spliceMount(t, srv, "data", func(c *daemon.Config) { c.Core.SpliceStreams = streams })
+			f, err := os.Open(filepath.Join(mp, "big.bin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, 1<<20)
+			for off := int64(0); off < 5<<20; off += 1 << 20 {
+				if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, testenv.RandomBytes(seed, off, len(buf))) {
+					t.Fatalf("read at %d: %v or wrong bytes", off, err)
+				}
+			}
+			readAllChecked(t, f, seed, 17<<20+3, size, 1<<20)
+			readAllChecked(t, f, seed, 2<<20, size, 1<<20)
+			if !streams {
+				wantMetric(t, d, "splice_ends_total", "map[left:1]", "the seek ends the spliced GET")
+				wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(5<<20)), "the 5 MiB read before the seek")
+				return
+			}
+			// The whole-object GET waits for a read at 5 MiB until the
+			// file is closed; each run after a seek reads its GET to its end.
+			wantMetric(t, d, "splice_ends_total", "map[done:2]", "each run after a seek reads its own GET to the end")
+			wantMetric(t, d, "splice_stream_gets_total", "2", "one ranged GET for each run after a seek")
+			wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(5<<20+(size-17<<20-3)+(size-2<<20))), "every byte read")
+			wantMetric(t, d, "block_cache_misses_total", "0", "no read went through the blocks")
+		})
 	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < 5<<20; off += 1 << 20 {
-		if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, testenv.RandomBytes(seed, off, len(buf))) {
-			t.Fatalf("read at %d: %v or wrong bytes", off, err)
-		}
-	}
-	readAllChecked(t, f, seed, 17<<20+3, size, 1<<20)
-	readAllChecked(t, f, seed, 2<<20, size, 1<<20)
-	wantMetric(t, d, "splice_ends_total", "map[left:1]", "the seek ends the spliced GET")
-	wantMetric(t, d, "splice_bytes_total", fmt.Sprint(float64(5<<20)), "the 5 MiB read before the seek")
 }
 
 // A second reader of the object ends the first one's splice: the two then

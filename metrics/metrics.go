@@ -77,6 +77,9 @@ type Set struct {
 	// (vfs/splice.go); SpliceEnds says how each spliced GET ended.
 	SpliceBytes prometheus.Counter
 	SpliceEnds  *prometheus.CounterVec // end
+	// SpliceStreamGets counts ranged GETs spliced to a stream of reads
+	// elsewhere in an object (vfs/splice.go, --splice-streams).
+	SpliceStreamGets prometheus.Counter
 	// SpliceCopied counts spliced bytes go-fuse could not splice on and
 	// copied through the daemon instead.
 	SpliceCopied prometheus.Counter
@@ -223,7 +226,10 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		Name: "s3gdsfs_page_cache_fill_skips_total", Help: "Blocks fetched ahead for the page cache but not copied into it, by why: trigger (one block of each fetched range, left for the kernel to read: its read tells the stream where the reader is), read (the kernel had asked for them), filled (the page cache had them from another stream's fill or a read), closed (the file was closed), absent (not held), refused (the kernel refused a fill; the handle fills no more).",
 	}, []string{"reason"})
 	s.SpliceBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_splice_bytes_total", Help: "Bytes of direct-I/O reads spliced from a whole-object GET's socket into the kernel's reply, never copied through the daemon's memory (--splice).",
+		Name: "s3gdsfs_splice_bytes_total", Help: "Bytes of direct-I/O reads spliced from a GET's socket (whole-object, or a stream's ranged one) into the kernel's reply, never copied through the daemon's memory (--splice).",
+	})
+	s.SpliceStreamGets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_stream_gets_total", Help: "Ranged GETs spliced to a stream of direct-I/O reads elsewhere in an object, one per stream and range (--splice-streams).",
 	})
 	s.SpliceEnds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_ends_total", Help: "Spliced whole-object GETs ended, by why: done (the end of the object), left (the reader closed or read elsewhere), error (the GET failed; ordinary reads take over), refused (it could not start; ordinary reads serve).",
@@ -354,7 +360,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.WriteBytes, s.UploadsInFlight, s.UploadPartRetries, s.UploadsDone,
 		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept, s.PageCacheFillBytes, s.PageCacheFillSkips,
-		s.SpliceBytes, s.SpliceEnds, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceStreamGets, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		s.FuseReadReplies, s.FuseReadReplySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -187,10 +187,14 @@ type readState struct {
 // place is one handle's entry in its version's readState.
 type place struct {
 	holder      holder
-	spliceTried bool // a handle splices at most one GET
+	spliceTried bool // a handle splices at most one whole-object GET
 	// share: another handle of the version reads through blocks, so the
 	// handle's spliced GET ends at its next read.
 	share bool
+	// streams: the handle has started stream feeds (Config.SpliceStreams);
+	// streamShare: another handle of the version has read through blocks
+	// since, so they end at their next read and no more start.
+	streams, streamShare bool
 	// reading: the blocks have served the handle; it counts in
 	// FS.readingHandles.
 	reading bool
@@ -258,22 +262,46 @@ func (st *readState) trySplice(h *Handle) bool {
 		return false
 	}
 	p.spliceTried = true
-	for o, op := range st.places {
-		if o != h && (op.reading || op.holder == heldBySplice) {
-			return false
-		}
+	if st.othersRead(h) {
+		return false
 	}
 	p.holder = heldBySplice
 	return true
 }
 
-// spliceShared reports whether another handle of the version has started
-// reading through blocks since h's spliced GET started: it is to end.
-func (st *readState) spliceShared(h *Handle) bool {
+// tryStreams says whether h may start a stream feed: no other handle of
+// the version reads or splices, and none has read through blocks since h's
+// first stream feed.
+func (st *readState) tryStreams(h *Handle) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	p := st.places[h]
-	return p != nil && p.share
+	if p == nil || p.streamShare || st.othersRead(h) {
+		return false
+	}
+	p.streams = true
+	return true
+}
+
+// othersRead reports whether a handle of the version other than h reads
+// through blocks or spliced GETs. Called with mu held.
+func (st *readState) othersRead(h *Handle) bool {
+	for o, op := range st.places {
+		if o != h && (op.reading || op.holder == heldBySplice || op.streams) {
+			return true
+		}
+	}
+	return false
+}
+
+// spliceShared reports whether another handle of the version has started
+// reading through blocks since h's spliced GET (ranged: its stream feeds)
+// started: it is to end.
+func (st *readState) spliceShared(h *Handle, ranged bool) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p := st.places[h]
+	return p != nil && (p.share && !ranged || p.streamShare && ranged)
 }
 
 // spliceEnded hands h's place from its spliced GET to the blocks; with
@@ -309,6 +337,9 @@ func (st *readState) startBlocks(h *Handle) (first bool, at int64, handedOver bo
 	for o, op := range st.places {
 		if o != h && op.holder == heldBySplice {
 			op.share = true
+		}
+		if o != h && op.streams {
+			op.streamShare = true
 		}
 	}
 	at, handedOver = p.handOver, p.handedOver

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,11 +65,22 @@ type spliceFeed struct {
 	outSince atomic.Int64
 	// abandoned: the feed is to end as soon as its turn is free.
 	abandoned atomic.Bool
-	get       *objstore.Body    // the GET (Close ends it)
-	body      *objstore.RawBody // its socket; nil once ended
-	pr, pw    int               // the pipe: read end for the reply, write end for the socket
-	size      int               // the pipe's capacity now (replyPipeSize of the reply)
-	pos       int64             // next byte of the object the socket brings
+	get       *objstore.Body // the GET (Close ends it)
+	// start and end are the GET's range of the object; ranged: a stream
+	// feed (end may be short of the object's end), not the whole-object
+	// GET.
+	start, end int64
+	ranged     bool
+	// next is the offset of the read the feed expects, set as each reply
+	// goes out (before its Done: the reader's next read may come first),
+	// for finding a stream's feed without taking its turn; lastRead is
+	// when the last reply was written (Unix nanoseconds).
+	next, lastRead atomic.Int64
+	replies        atomic.Int32      // replies served
+	body           *objstore.RawBody // its socket; nil once ended
+	pr, pw         int               // the pipe: read end for the reply, write end for the socket
+	size           int               // the pipe's capacity now (replyPipeSize of the reply)
+	pos            int64             // next byte of the object the socket brings
 	// inPipe is how many bytes wait in the pipe: those of the object
 	// from pos-inPipe on, for the next read.
 	inPipe int
@@ -110,44 +122,231 @@ const (
 )
 
 // splicer is the reader that serves a direct-I/O open (a handle's first
-// reader, where the mount splices) from one spliced GET of the whole
-// object: the reply is the read's n bytes waiting in a pipe, for the FUSE
-// layer to splice on, or copied out of the socket where its bytes came in
-// buffers too small for one reply's pipe. It takes a read at offset 0
-// while no other handle of the version reads (readState.trySplice), and
-// the reads that follow it; any other read, and every read once its GET
-// has ended, falls back to the blocks, to which it hands the handle's
-// place (readState.spliceEnded).
+// reader, where the mount splices) from spliced GETs: the reply is the
+// read's n bytes waiting in a pipe, for the FUSE layer to splice on, or
+// copied out of the socket where its bytes came in buffers too small for
+// one reply's pipe. It takes a read at offset 0 while no other handle of
+// the version reads (readState.trySplice) with one GET of the whole
+// object, and the reads that follow it. With Config.SpliceStreams it also
+// takes each other stream of reads that starts where the blocks hold
+// nothing, while no other handle of the version reads
+// (readState.tryStreams), with a ranged GET of its own (a stream feed):
+// many threads' preads of one file, each a run of reads in order, are
+// served as one reader's whole-object GET is. Any other read, and every
+// read of a stream once its GET has ended early, falls back to the
+// blocks; the whole-object GET hands them the handle's place
+// (readState.spliceEnded).
 type splicer struct {
 	h    *Handle
-	feed atomic.Pointer[spliceFeed] // the GET being spliced; nil before and after it
+	feed atomic.Pointer[spliceFeed] // the whole-object GET; nil before and after it
+	// mu guards streams, the stream feeds under way (Config.SpliceStreams).
+	mu      sync.Mutex
+	streams []*spliceFeed
+	// fit is the range of the handle's next stream feed: streamRange at
+	// first, then what the last stream left early had served (a loader's
+	// chunk), doubled (up to streamRange) when a stream reads on past
+	// its feed's end; doneAt is where the last feed that was read to its
+	// end ended.
+	fit, doneAt atomic.Int64
 }
 
-// read serves [off, off+n) from the handle's spliced GET, starting one at
-// offset 0; the reply is n bytes, fewer only at the end of the object.
+// streamRange is the range of a stream feed's GET: that of the preads
+// of the parallel loaders it is for (16-64 MiB, the largest taken), a
+// multiple of every FUSE read size, so that a stream whose reads go on
+// past it meets its end between two reads.
+const streamRange = 64 << 20
+
+// streamFeedIdle is how long a stream feed waits for its reader's next read
+// before the next stream to start may end it: a stream's reads follow each
+// other at once (the kernel sends a large pread's reads one by one), and a
+// loader's thread that has read its chunk goes on elsewhere. A feed that
+// has served one read waits firstReadIdle: its second read comes as soon
+// as the first reply is in, and a reader at random leaves every feed there,
+// with the server's sends into its socket unread.
+const (
+	streamFeedIdle = time.Second
+	firstReadIdle  = 250 * time.Millisecond
+)
+
+// minStreamRead is the smallest read a stream feed starts at: the kernel's
+// smallest split of a large read.
+const minStreamRead = 1 << 20
+
+// maxStreamFeeds bounds a handle's stream feeds, each a connection and a
+// pipe: one per reading thread of the loaders they are for, with room.
+const maxStreamFeeds = 32
+
+// read serves [off, off+n) from one of the handle's spliced GETs, starting
+// one where it may; the reply is n bytes, fewer only at the end of the
+// object.
 func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Reply, error) {
 	h := s.h
 	size := h.obj.version.Size
-	feed := s.feed.Load()
-	if feed == nil {
+	streams := h.f.cfg.SpliceStreams
+	if feed := s.feed.Load(); feed != nil {
+		// With stream feeds a read elsewhere is another stream's, and the
+		// whole-object GET waits for its own reader; without, it ends there.
+		if !streams || feed.next.Load() == off {
+			return s.serve(ctx, feed, off, n)
+		}
+	} else if off == 0 && n > 0 && size > 0 && !(cached && h.fills()) && h.st.trySplice(h) {
 		// A mapping's faults that the blocks fill the page cache ahead of
 		// (pagecache.go) are not spliced: a spliced reply is copied into
 		// the page cache while the reader waits, a fill beside it.
-		if cached && h.fills() {
-			return Reply{}, errFallBack
-		}
-		if off != 0 || n <= 0 || size <= 0 || !h.st.trySplice(h) {
-			return Reply{}, errFallBack
-		}
-		if feed = h.openSplice(); feed == nil {
+		feed := h.openSplice(0, size)
+		if feed == nil {
 			h.st.spliceEnded(h, 0, false)
 			return Reply{}, errFallBack
 		}
 		// No read comes after the release that closes the handle, so
 		// close will find the feed set here.
 		s.feed.Store(feed)
+		return s.serve(ctx, feed, off, n)
 	}
+	// The page cache's reads come in the kernel's order, not a stream's.
+	if !streams || cached || n <= 0 || off >= size {
+		return Reply{}, errFallBack
+	}
+	// A feed found as it ended (its last reply was being written) is
+	// looked for again: the stream goes on with a feed of its own.
+	for range 2 {
+		feed := s.stream(off, n)
+		if feed == nil {
+			break
+		}
+		if rep, err := s.serve(ctx, feed, off, n); err != errFeedEnded {
+			return rep, err
+		}
+	}
+	return Reply{}, errFallBack
+}
 
+// stream returns the stream feed whose reader reads at off next, or one
+// started there for a read of n bytes: nil where the read does not look
+// like a stream's first, the blocks hold off's block already (no second
+// GET of bytes they have or are fetching), another handle of the version
+// reads, or the handle has maxStreamFeeds feeds that are all in use.
+func (s *splicer) stream(off int64, n int) *spliceFeed {
+	h := s.h
+	s.mu.Lock()
+	for _, feed := range s.streams {
+		if feed.next.Load() == off && off < feed.end {
+			s.mu.Unlock()
+			return feed
+		}
+	}
+	s.mu.Unlock()
+	// A stream starts with a large read that the kernel split into reads
+	// of its largest size, one after another: a smaller first read is a
+	// whole one.
+	largest := h.f.largestRead.Load()
+	for int64(n) > largest && !h.f.largestRead.CompareAndSwap(largest, int64(n)) {
+		largest = h.f.largestRead.Load()
+	}
+	if n < minStreamRead || int64(n) < largest {
+		return nil
+	}
+	if h.f.fetch.missingRun(h.obj, off/int64(h.f.cfg.BlockSize), off/int64(h.f.cfg.BlockSize)+1) == 0 {
+		return nil
+	}
+	if !h.st.tryStreams(h) {
+		return nil
+	}
+	s.endStale()
+	s.mu.Lock()
+	full := len(s.streams) >= maxStreamFeeds
+	s.mu.Unlock()
+	if full {
+		h.f.m.SpliceEnds.WithLabelValues(spliceRefused).Inc()
+		return nil
+	}
+	fit := s.fit.Load()
+	if fit == 0 {
+		fit = streamRange
+	}
+	if off == s.doneAt.Load() {
+		fit = min(2*fit, streamRange) // the stream read on: its range was short
+		s.fit.Store(fit)
+	}
+	feed := h.openSplice(off, min(fit, h.obj.version.Size-off))
+	if feed == nil {
+		return nil
+	}
+	s.mu.Lock()
+	s.streams = append(s.streams, feed)
+	s.mu.Unlock()
+	return feed
+}
+
+// endStale ends the feeds nobody will read on: those whose reader has
+// read nothing for streamFeedIdle (firstReadIdle after one read), and those whose next bytes another
+// feed has served already (the stream that read them started later,
+// where this one's reader had not got to yet: a loader's threads read
+// neighbouring chunks). A feed whose turn is taken is in use, and left.
+func (s *splicer) endStale() {
+	s.mu.Lock()
+	all := append([]*spliceFeed(nil), s.streams...)
+	s.mu.Unlock()
+	if whole := s.feed.Load(); whole != nil {
+		all = append(all, whole)
+	}
+	now := time.Now()
+	idleSince, firstSince := now.Add(-streamFeedIdle).UnixNano(), now.Add(-firstReadIdle).UnixNano()
+	for _, feed := range all {
+		last := feed.lastRead.Load()
+		next, stale := feed.next.Load(), last < idleSince || feed.replies.Load() <= 1 && last < firstSince
+		for _, other := range all {
+			if other != feed && other.start <= next && next < other.next.Load() {
+				stale = true
+			}
+		}
+		if !stale {
+			continue
+		}
+		select {
+		case feed.turn <- struct{}{}:
+			if feed.outSince.Load() == 0 {
+				s.h.endSplice(feed, spliceLeft, nil)
+			}
+			s.give(feed)
+		default:
+		}
+	}
+}
+
+// forget drops a feed whose reply was not written: the handle's next
+// reads do not look for it, and the blocks serve the reader from off.
+func (s *splicer) forget(feed *spliceFeed, off int64) {
+	if !feed.ranged {
+		s.feed.CompareAndSwap(feed, nil)
+		s.h.st.spliceEnded(s.h, off, true)
+		return
+	}
+	s.drop(feed)
+}
+
+// drop takes a stream feed out of the handle's streams.
+func (s *splicer) drop(feed *spliceFeed) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.streams {
+		if f == feed {
+			s.streams = append(s.streams[:i], s.streams[i+1:]...)
+			return
+		}
+	}
+}
+
+// errFeedEnded is serve's answer for a stream feed that had ended when the
+// read got its turn.
+var errFeedEnded = errors.New("vfs: the stream feed ended")
+
+// serve serves [off, off+n) from feed, the GET whose reader reads at off;
+// errFallBack (errFeedEnded for a stream feed that had ended) where the
+// blocks are to.
+func (s *splicer) serve(ctx context.Context, feed *spliceFeed, off int64, n int) (Reply, error) {
+	h := s.h
+	size := h.obj.version.Size
 	// Wait for the reply before: the kernel may send the next request
 	// before go-fuse has said it is done with the last.
 	if ok, err := feed.take(ctx, h.f.cfg.ReadTimeout); err != nil {
@@ -155,16 +354,18 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 	} else if !ok {
 		// The reply before was not written: the blocks serve on from
 		// here, and its Done, if it ever comes, ends the GET.
-		s.feed.CompareAndSwap(feed, nil)
-		h.st.spliceEnded(h, off, true)
+		s.forget(feed, off)
 		s.abandon(feed, fmt.Errorf("the reply before was not written within %v", h.f.cfg.ReadTimeout))
 		return Reply{}, errFallBack
 	}
 	if feed.body == nil || feed.abandoned.Load() {
 		s.give(feed) // which ends an abandoned feed
+		if feed.ranged {
+			return Reply{}, errFeedEnded
+		}
 		return Reply{}, errFallBack
 	}
-	if h.st.spliceShared(h) {
+	if h.st.spliceShared(h, feed.ranged) {
 		h.endSplice(feed, spliceShared, nil)
 		s.give(feed)
 		return Reply{}, errFallBack
@@ -174,7 +375,7 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 	// delivered (its request was interrupted), and the reader asks for
 	// them again: ordinary reads serve from there.
 	inPipe, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
-	if err != nil || inPipe != feed.inPipe || off != feed.readerAt() || off >= size {
+	if err != nil || inPipe != feed.inPipe || off != feed.readerAt() || off >= size || off+int64(min(int64(n), size-off)) > feed.end {
 		if err == nil && inPipe != feed.inPipe {
 			err = fmt.Errorf("%d bytes in the pipe, %d put there", inPipe, feed.inPipe)
 		}
@@ -206,6 +407,7 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		}
 		// The reply keeps the turn: its Done gives it back.
 		feed.outSince.Store(time.Now().UnixNano())
+		feed.served(off + int64(want))
 		return Reply{Pipe: &PipeReply{FD: feed.pr, N: want, Done: func() (taken int) {
 			feed.outSince.Store(0)
 			defer s.give(feed)
@@ -231,7 +433,8 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 	}
 	h.f.m.SpliceSmallBuffers.Add(float64(want))
 	h.f.m.PosixReadBytes.Add(float64(want))
-	if off+int64(want) == size {
+	feed.served(off + int64(want))
+	if off+int64(want) == feed.end {
 		h.endSplice(feed, spliceDone, nil)
 	}
 	s.give(feed)
@@ -244,6 +447,7 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 // left the pipe. Called with the feed's turn, which the reply held.
 func (s *splicer) replyDone(feed *spliceFeed, off int64, want int) (taken int) {
 	h := s.h
+	feed.lastRead.Store(time.Now().UnixNano())
 	beside, besideOK := feed.joinBeside(h.f.m.SpliceSocketWaits)
 	left, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
 	if err == nil {
@@ -258,7 +462,7 @@ func (s *splicer) replyDone(feed *spliceFeed, off int64, want int) (taken int) {
 	case taken != want:
 		feed.rewind(off + int64(taken)) // where the reader is
 		h.endSplice(feed, spliceError, fmt.Errorf("reply of %d bytes taken in part (%d)", want, taken))
-	case off+int64(want) == h.obj.version.Size:
+	case off+int64(want) == feed.end:
 		h.endSplice(feed, spliceDone, nil)
 	case feed.abandoned.Load():
 		// Given up while the reply was out: it ends as the turn comes back.
@@ -344,6 +548,15 @@ func (s *splicer) endAbandoned(feed *spliceFeed, err error) {
 // without trying the pipe: the socket is tried again every 16 MiB of 1 MiB
 // reads.
 const copyRun = 15
+
+// served records a reply that leaves the reader at next.
+func (feed *spliceFeed) served(next int64) {
+	if next != feed.start {
+		feed.replies.Add(1)
+	}
+	feed.next.Store(next)
+	feed.lastRead.Store(time.Now().UnixNano())
+}
 
 // readerAt is the offset of the read the feed is ready for: the first byte
 // in the pipe.
@@ -484,9 +697,10 @@ func replyPipeSize(n int) int {
 	return page << bits.Len(uint(pages-1))
 }
 
-// openSplice sends the whole-object GET and makes the pipe; nil when either
-// fails (counted as refused), and the read goes the ordinary way.
-func (h *Handle) openSplice() *spliceFeed {
+// openSplice sends the GET of [off, off+n) (the whole object, or a
+// stream feed's range) and makes the pipe; nil when either fails (counted
+// as refused), and the read goes the ordinary way.
+func (h *Handle) openSplice(off, n int64) *spliceFeed {
 	f := h.f
 	refuse := func(err error) *spliceFeed {
 		f.m.SpliceEnds.WithLabelValues(spliceRefused).Inc()
@@ -503,7 +717,7 @@ func (h *Handle) openSplice() *spliceFeed {
 	// The reply's headers, and then each wait for the body's next byte,
 	// within the read timeout, as for every GET of the read path.
 	get, err := f.fetch.gets.Open(context.Background(), objstore.Range{Bucket: h.obj.bucket, Key: h.obj.key,
-		Off: 0, N: h.obj.version.Size, Version: h.obj.version}, true)
+		Off: off, N: n, Version: h.obj.version}, true)
 	if err == nil && get.Raw() == nil {
 		get.Close()
 		err = fmt.Errorf("%w: %T", objstore.ErrNoRaw, f.store)
@@ -513,14 +727,22 @@ func (h *Handle) openSplice() *spliceFeed {
 		unix.Close(pw)
 		return refuse(err)
 	}
-	f.m.ReadStreams.Inc()
-	return &spliceFeed{turn: make(chan struct{}, 1), get: get, body: get.Raw(), pr: pr, pw: pw}
+	feed := &spliceFeed{turn: make(chan struct{}, 1), get: get, body: get.Raw(), pr: pr, pw: pw,
+		pos: off, start: off, end: off + n, ranged: off != 0 || n != h.obj.version.Size}
+	if feed.ranged {
+		f.m.SpliceStreamGets.Inc()
+	} else {
+		f.m.ReadStreams.Inc()
+	}
+	feed.served(off)
+	return feed
 }
 
-// endSplice closes the feed's GET and pipe and hands the handle's place to
-// the blocks; called with the feed's turn. After an error, or when another
-// handle started reading, the blocks take over where the GET had got to,
-// as a sequential reader.
+// endSplice closes the feed's GET and pipe; called with the feed's turn.
+// The whole-object GET hands the handle's place to the blocks: after an
+// error, or when another handle started reading, they take over where the
+// GET had got to, as a sequential reader. A stream feed leaves its
+// stream's next reads to the blocks, which find it a stream of their own.
 func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	if feed.body == nil {
 		return
@@ -537,6 +759,17 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 	if err != nil {
 		h.f.log.Debug("spliced GET stopped; ordinary reads take over", "bucket", h.obj.bucket, "key", h.obj.key,
 			"at", feed.readerAt(), "err", err)
+	}
+	if feed.ranged {
+		s, served := h.spliced, feed.next.Load()-feed.start
+		switch {
+		case why == spliceLeft && served > 0 && served < feed.end-feed.start:
+			s.fit.Store(served)
+		case why == spliceDone:
+			s.doneAt.Store(feed.end)
+		}
+		h.spliced.drop(feed)
+		return
 	}
 	h.spliced.feed.CompareAndSwap(feed, nil)
 	h.st.spliceEnded(h, feed.readerAt(), why == spliceError || why == spliceShared)
@@ -555,14 +788,23 @@ func (h *Handle) spliceFailed(feed *spliceFeed, err error) {
 	h.f.fetch.again(h.obj, at/int64(h.f.cfg.BlockSize), err)
 }
 
-// close ends the handle's spliced GET at close, once a reply still being
-// written has left the pipe; one not written within Config.ReadTimeout is
-// left to end it.
+// close ends the handle's spliced GETs at close, each once a reply still
+// being written has left its pipe; one not written within
+// Config.ReadTimeout is left to end it.
 func (s *splicer) close() {
-	feed := s.feed.Load()
-	if feed == nil {
-		return
+	s.mu.Lock()
+	feeds := append([]*spliceFeed(nil), s.streams...)
+	s.mu.Unlock()
+	if whole := s.feed.Load(); whole != nil {
+		feeds = append(feeds, whole)
 	}
+	for _, feed := range feeds {
+		s.closeFeed(feed)
+	}
+}
+
+// closeFeed ends one of the handle's spliced GETs at close.
+func (s *splicer) closeFeed(feed *spliceFeed) {
 	if ok, _ := feed.take(context.Background(), s.h.f.cfg.ReadTimeout); !ok {
 		s.abandon(feed, fmt.Errorf("closed with a reply not written within %v", s.h.f.cfg.ReadTimeout))
 		return

@@ -81,6 +81,10 @@ type Config struct {
 	// never copied through the daemon (splice.go). Needs a store that is a
 	// RawGetter and replies the FUSE layer splices.
 	Splice bool
+	// SpliceStreams, with Splice, also splices each stream of direct-I/O
+	// reads elsewhere in an object (many threads' preads of one file) from
+	// a ranged GET of its own (splice.go).
+	SpliceStreams bool
 	// FillPageCache copies what a stream of the page cache's reads (a
 	// mapping's faults, the kernel's readahead) fetches ahead into the
 	// page cache as it comes in, so that the reader finds it there
@@ -264,8 +268,11 @@ type FS struct {
 	blocks *cache.Store
 	fetch  *fetcher
 
-	readingHandles atomic.Int64  // open handles that have read: each one's share of block memory
-	fillSlots      chan struct{} // blocks being copied into page caches (pagecache.go)
+	readingHandles atomic.Int64 // open handles that have read: each one's share of block memory
+	// largestRead is the largest direct-I/O read the kernel has sent: its
+	// split of a larger one, which tells a stream's reads (splice.go).
+	largestRead atomic.Int64
+	fillSlots   chan struct{} // blocks being copied into page caches (pagecache.go)
 
 	// readers are the open handles of each object version (by object id)
 	// and what they know of each other (handle.go's readState).

@@ -173,6 +173,8 @@ func mountOptions(mf *mountFlags) []option {
 			help: "read the GET bodies of POSIX reads' blocks on connections of their own, many bytes per wake-up, where the endpoint is plain HTTP and no proxy is set; `false`: through the HTTP client"},
 		{name: "splice", group: groupStream, arg: "WHEN", value: (*policyFlag)(&c.Splice), bare: "always", why: benchmarksDoc, advanced: true,
 			help: "feed a direct-I/O reader straight from its stream's socket with `splice(2)`: `auto` over http, `always` (the flag alone; else the mount fails) or `never`"},
+		{name: "splice-streams", group: groupStream, value: (*boolValue)(&c.Core.SpliceStreams), bare: "true", why: benchmarksDoc, advanced: true,
+			help: "where `--splice` is on, also feed each run of in-order direct-I/O reads elsewhere in a file (many threads' preads of one file) from a spliced ranged GET of its own; `false`: the blocks serve them"},
 
 		{name: "direct-io", group: groupKernel, arg: "WHEN", value: (*directIOFlag)(&c.Core.DirectIO), bare: "always",
 			help: "page cache policy: `auto` (objects of at least `--direct-io-min-size` bypass the page cache, smaller ones use it), `always` (the flag alone) or `never`"},

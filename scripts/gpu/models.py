@@ -7,6 +7,8 @@
   models.py load --path P --local L                    s3gds.load_safetensors(device="cuda")
   models.py kvikio --path P --local L                  kvikio.CuFile(path).pread at its defaults
   models.py gds --path P --local L                     torch.cuda.gds.GdsFile(path).load_storage
+  models.py pretrained --path DIR --local DIR          transformers' from_pretrained(device_map="cuda")
+  models.py genmodel --out DIR --gb N --shards S       a Llama-shaped model directory of about N GB
 
 Each prints one JSON line: the figure (GB/s of the file's bytes, the wall time of the reads alone)
 and whether every byte equals the local copy's.
@@ -30,8 +32,10 @@ def shards_of(index):
 
 
 def local_size(a):
-    """The size of the local copy (of all its shards, for an index), or of the file itself where
-    --local is "pattern" (fuseread's file)."""
+    """The size of the local copy (of all its shards, for an index or a model directory), or of the
+    file itself where --local is "pattern" (fuseread's file)."""
+    if os.path.isdir(a.local):
+        return sum(os.path.getsize(os.path.join(a.local, f)) for f in os.listdir(a.local) if f.endswith(".safetensors"))
     if a.local == "pattern":
         return os.path.getsize(a.path)
     if a.local.endswith(".index.json"):
@@ -230,10 +234,90 @@ def gds(a):
     emit("gds", a, secs, bool(torch.equal(got, device_ref(a))))
 
 
+def pretrained(a):
+    """transformers' from_pretrained of the model directory onto the GPU, every parameter compared
+    with the local directory's."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    try:
+        import accelerate  # noqa: F401  (device_map needs it)
+        kw = {"device_map": "cuda"}
+    except ImportError:
+        kw = {}
+
+    def load(path):
+        m = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16, **kw)
+        return m if kw else m.to("cuda")
+
+    torch.cuda.synchronize()
+    t0 = start_clock()
+    got = load(a.path)
+    torch.cuda.synchronize()
+    secs = stop_clock(t0)
+    if os.path.realpath(a.path) == os.path.realpath(a.local):
+        ok = True  # the reference itself
+    else:
+        ref = load(a.local)
+        ok = same_tensors(got.state_dict(), ref.state_dict())
+        del ref
+    emit("from_pretrained", a, secs, ok, device_map=bool(kw))
+
+
+def genmodel(a):
+    """A Llama-shaped model directory of about --gb GB of bf16 weights in --shards safetensors shards
+    with their index, random weights, as save_pretrained writes one."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    hidden, inter, vocab = 3072, 8192, 32000
+    per_layer = 2 * (2 * hidden * hidden + 2 * hidden * 1024 + 3 * hidden * inter) + 2 * hidden
+    layers = max(1, int((a.gb * 1e9 - 4 * vocab * hidden) / per_layer))
+    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=24,
+                      num_key_value_heads=8, vocab_size=vocab, tie_word_embeddings=False, torch_dtype="bfloat16")
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+    os.makedirs(a.out, exist_ok=True)
+    cfg.save_pretrained(a.out)
+    names = list(shapes)
+    total = sum(s.numel() * 2 for s in shapes.values())
+    per_shard, shard, size, weight_map = total / a.shards, [], 0, {}
+    files = []
+
+    def flush():
+        name = f"model-{len(files) + 1:05d}-of-{a.shards:05d}.safetensors"
+        g = torch.Generator(device="cuda").manual_seed(len(files))
+        save_file({k: (torch.randn(shapes[k], generator=g, device="cuda", dtype=torch.float32) * 0.02)
+                   .to(torch.bfloat16).cpu() for k in shard}, os.path.join(a.out, name), metadata={"format": "pt"})
+        files.append(name)
+        weight_map.update({k: name for k in shard})
+
+    for k in names:
+        shard.append(k)
+        size += shapes[k].numel() * 2
+        if size >= per_shard * (len(files) + 1) and len(files) < a.shards - 1:
+            flush()
+            shard = []
+    if shard:
+        flush()
+    if len(files) != a.shards:  # name the shards by how many there are
+        for i, f in enumerate(files):
+            new = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+            os.rename(os.path.join(a.out, f), os.path.join(a.out, new))
+            weight_map = {k: (new if v == f else v) for k, v in weight_map.items()}
+    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    print(json.dumps({"kind": "genmodel", "out": a.out, "bytes": total, "layers": layers, "shards": len(files)}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
-    cmds = {"ioctl": ioctl, "preads": preads, "loadfile": loadfile, "load": load, "kvikio": kvikio_pread, "gds": gds}
+    g = sub.add_parser("genmodel")
+    g.add_argument("--out", required=True)
+    g.add_argument("--gb", type=float, default=6)
+    g.add_argument("--shards", type=int, default=4)
+    cmds = {"ioctl": ioctl, "preads": preads, "loadfile": loadfile, "load": load, "kvikio": kvikio_pread, "gds": gds,
+            "pretrained": pretrained}
     for name in cmds:
         p = sub.add_parser(name)
         p.add_argument("--path", required=True)
@@ -243,6 +327,9 @@ def main():
         p.add_argument("--label", help="the name the figure is printed under (default: the command's)")
         p.add_argument("--variant", help="the build or settings measured, recorded with the figure")
     a = ap.parse_args()
+    if a.cmd == "genmodel":
+        genmodel(a)
+        return
     cmds[a.cmd](a)
 
 

@@ -11,6 +11,9 @@
 #     libcufile.so.0, and
 #     in its compatibility mode (POSIX reads, no GPU path);
 #   - torch.cuda.gds.GdsFile.load_storage with the library preloaded;
+#   - with MODEL_GB (default 6; 0: none): a Llama-shaped model directory of that size in
+#     MODEL_SHARDS (4) shards, transformers' from_pretrained(device_map="cuda") of it from the mount
+#     and from its local copy on tmpfs;
 #   - with SHARDED_GB (and SHARDS, 4): a sharded checkpoint of that size, s3gds.load_safetensors of
 #     its index twice, against raw ranged GETs of its shards.
 # Every byte is compared with the local copy; the page cache is dropped before each read
@@ -69,6 +72,19 @@ echo "== torch.cuda.gds.GdsFile.load_storage with the library preloaded"
 drop_page_cache
 LD_PRELOAD=$BIN/libs3gdsfs_cufile.so run gds --path $P --local $CKPT
 
+if [ "${MODEL_GB:-6}" != 0 ]; then
+  echo "== transformers from_pretrained of a model directory of $MODEL_GB GB: the mount, then tmpfs"
+  MD=/dev/shm/models-model
+  python3 scripts/gpu/models.py genmodel --out $MD --gb "$MODEL_GB" --shards "${MODEL_SHARDS:-4}" | tee -a "$J"
+  for f in $MD/*; do
+    python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key "model/$(basename "$f")" --file "$f"
+  done
+  drop_page_cache; run pretrained --path $MP/model --local $MD
+  run pretrained --path $MD --local $MD --label from_pretrained_local
+  drop_page_cache; run pretrained --path $MP/model --local $MD --label from_pretrained-2
+  run pretrained --path $MD --local $MD --label from_pretrained_local-2
+  rm -rf $MD "$ROOT/data/bench/model"
+fi
 python3 -c 'import urllib.request; open("'"$OUT"'/metrics.txt","w").write(urllib.request.urlopen("http://127.0.0.1:9737/metrics").read().decode())' || true
 unmount_s3gdsfs | tee "$OUT/daemon_memory.txt"
 echo "== GPU-read ioctls in order without readahead (--gpu-read-ahead 0), the reference"
@@ -106,7 +122,7 @@ bound = max((r["gbps"] or 0) for r in rows if r.get("kind") == "bound")
 sharded = max([r["gbps"] or 0 for r in rows if r.get("kind") == "bound_sharded"] or [0])
 print(f"\nbound (best raw ranged GETs of the object): {bound:.2f} GB/s" + (f"; of the shards: {sharded:.2f}" if sharded else ""))
 for r in rows:
-    if r.get("kind") in ("bound", "bound_sharded", "failed"):
+    if r.get("kind") in ("bound", "bound_sharded", "failed") or "gbps" not in r:
         print(r); continue
     b = sharded if r.get("kind") == "load_sharded" and sharded else bound
     extra = " ".join(f"{k}={r[k]}" for k in ("chunk_mib", "threads", "compat", "task_size") if k in r)

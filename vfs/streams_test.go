@@ -1,0 +1,218 @@
+package vfs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readReply serves a read of h through all its readers and copies the
+// reply out as the FUSE layer writes it (taking a spliced reply out of its
+// pipe), giving back what the reply holds.
+func readReply(t *testing.T, h *Handle, off int64, n int) ([]byte, error) {
+	r, err := h.Read(context.Background(), off, n)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case r.Pipe != nil:
+		out := make([]byte, r.Pipe.N)
+		for got := 0; got < len(out); {
+			k, err := unix.Read(r.Pipe.FD, out[got:])
+			if err != nil || k == 0 {
+				r.Pipe.Done()
+				return nil, fmt.Errorf("pipe read after %d of %d bytes: %v", got, len(out), err)
+			}
+			got += k
+		}
+		if taken := r.Pipe.Done(); taken != len(out) {
+			return nil, fmt.Errorf("done says %d taken, %d were", taken, len(out))
+		}
+		return out, nil
+	case r.Data != nil:
+		return r.Data, nil
+	}
+	defer r.Release()
+	var out []byte
+	for _, v := range r.Views {
+		out = append(out, v...)
+	}
+	return out, nil
+}
+
+// preadChunks reads the object through h as a parallel loader does:
+// threads take chunk after chunk from one queue and read each in order in
+// reads of read bytes, as the kernel splits one large pread. It returns
+// what they read, in place.
+func preadChunks(t *testing.T, h *Handle, size int, chunk, read, threads int) []byte {
+	t.Helper()
+	got := make([]byte, size)
+	var mu sync.Mutex
+	next := 0
+	errs := make(chan error, threads)
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				off := next
+				next += chunk
+				mu.Unlock()
+				if off >= size {
+					return
+				}
+				for at := off; at < min(off+chunk, size); {
+					n := min(read, off+chunk-at)
+					b, err := readReply(t, h, int64(at), n)
+					if err == nil && len(b) != min(n, size-at) {
+						err = fmt.Errorf("read of %d at %d: %d bytes", n, at, len(b))
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					copy(got[at:], b)
+					at += len(b)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// Threads that pread chunks of one handle are each served from a spliced
+// GET of their own stream: every byte spliced, one GET per stream rather
+// than per block. Without stream feeds the same reads are copied out of
+// blocks, which the test sees.
+func TestStreamFeedsSpliceEachThreadsPreads(t *testing.T) {
+	const size = 48<<20 + 77
+	for _, streams := range []bool{true, false} {
+		t.Run(fmt.Sprintf("streams=%v", streams), func(t *testing.T) {
+			data, f, h := splicedObject(t, size, 11, Config{Splice: true, SpliceStreams: streams, DirectIO: DirectIOAlways})
+			got := preadChunks(t, h, size, 8<<20, 1<<20, 4)
+			if !bytes.Equal(got, data) {
+				t.Fatal("the chunks read are not the object's bytes")
+			}
+			snap, err := f.m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			spliced, gets := snap["splice_bytes_total"].(float64), snap["splice_stream_gets_total"].(float64)
+			if !streams {
+				if spliced >= size/2 || gets != 0 {
+					t.Fatalf("without stream feeds: %v bytes spliced, %v stream GETs; want most read from blocks", spliced, gets)
+				}
+				return
+			}
+			// A reply whose bytes the socket brought in small buffers is
+			// copied from the socket (the last 77 bytes here can be): it
+			// is the stream's still, and no block is read.
+			if copied := snap["splice_small_buffer_bytes_total"].(float64); spliced+copied != size || spliced < size-1<<20 {
+				t.Errorf("%v of %d bytes spliced, %v copied from the socket", spliced, size, copied)
+			}
+			if misses := snap["block_cache_misses_total"].(float64); misses != 0 {
+				t.Errorf("%v blocks fetched", misses)
+			}
+			// Seven chunks after the first, each at most one GET (a thread
+			// that picks up where another stream stands reads on from its GET).
+			if gets < 1 || gets > 6 {
+				t.Errorf("%v stream GETs for 6 chunks after the whole-object GET's", gets)
+			}
+		})
+	}
+}
+
+// A stream's read that runs past its GET's range is served by the blocks,
+// whole and right, and its stream's later reads with it.
+func TestStreamReadPastItsRangeFallsBackWhole(t *testing.T) {
+	const size = streamRange + 8<<20
+	data, f, h := splicedObject(t, size, 12, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	const read = 3 << 20
+	off := int64(4 << 20)
+	for ; off+read <= size; off += read {
+		b, err := readReply(t, h, off, read)
+		if err != nil || !bytes.Equal(b, data[off:off+read]) {
+			t.Fatalf("read at %d: %v, or not the object's bytes", off, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The GET's range ends 4 MiB + 64 MiB in, inside the 22nd read.
+	if spliced := snap["splice_bytes_total"].(float64); spliced != 21*read {
+		t.Errorf("%v bytes spliced, want the 21 reads inside the stream's range (%d)", spliced, 21*read)
+	}
+}
+
+// A handle whose file another handle reads through the blocks stops
+// splicing its streams at their next read (the blocks are shared; two
+// GETs of the same bytes are not), and starts no more.
+func TestStreamFeedsEndWhenAnotherHandleReads(t *testing.T) {
+	const size = 40 << 20
+	data, f, h := splicedObject(t, size, 13, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	at := int64(8 << 20)
+	if b, err := readReply(t, h, at, 1<<20); err != nil || !bytes.Equal(b, data[at:at+1<<20]) {
+		t.Fatalf("first read: %v, or wrong bytes", err)
+	}
+	other := openFile(t, f, "obj")
+	defer other.Close()
+	buf := make([]byte, 1<<20)
+	if _, err := other.ReadAt(context.Background(), buf, 0); err != nil || !bytes.Equal(buf, data[:1<<20]) {
+		t.Fatalf("the other handle's read: %v, or wrong bytes", err)
+	}
+	for _, off := range []int64{at + 1<<20, 24 << 20} {
+		if _, ok := spliceRead(h, off, 1<<20); ok {
+			t.Fatalf("read at %d spliced while another handle reads the file", off)
+		}
+		if b, err := readReply(t, h, off, 1<<20); err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
+			t.Fatalf("read at %d: %v, or wrong bytes", off, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[shared:1]" {
+		t.Errorf("splice ends %s, want the stream's GET ended as shared", ends)
+	}
+}
+
+// A handle read at random in large reads leaves its first stream feed
+// after one read; each later one is given that read's size, so that every
+// GET is read to its end and the server sends nothing that nobody reads.
+func TestRandomLargeReadsGetWhatTheyRead(t *testing.T) {
+	const size = 96 << 20
+	data, f, h := splicedObject(t, size, 14, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	offs := []int64{40, 8, 72, 24, 88, 56, 16, 80, 32, 64}
+	for _, mib := range offs {
+		off := mib << 20
+		b, err := readReply(t, h, off, 1<<20)
+		if err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
+			t.Fatalf("read at %d MiB: %v, or not the object's bytes", mib, err)
+		}
+		time.Sleep(firstReadIdle + 20*time.Millisecond)
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != fmt.Sprintf("map[done:%d left:1]", len(offs)-1) {
+		t.Errorf("splice ends %s, want the first feed left and each later one read to its end", ends)
+	}
+	if spliced := snap["splice_bytes_total"].(float64); spliced != float64(len(offs)<<20) {
+		t.Errorf("%v bytes spliced, want every read's", spliced)
+	}
+}

@@ -17,9 +17,12 @@ import (
 // same device share one set of ranged GETs while their ranges overlap. A
 // flight is one GET stream of a range [start, end) on its own context; each
 // slot it fills is copied to every destination attached to it (one fill,
-// several copies on the flight's stream, the slot fenced after the last).
-// Bytes reach a destination only from the daemon's own pinned slots, never
-// from another caller's buffer, which that caller may change at any time.
+// several copies on the flight's stream): once over the host link into a
+// device buffer of the daemon's, and from there to each destination
+// (cufile/staging's twins), so that destinations on one GPU do not share
+// the link's rate. Bytes reach a destination only from the daemon's own
+// memory, never from another caller's buffer, which that caller may change
+// at any time.
 //
 // A read that comes while a flight is under way attaches at the flight's
 // position: it gets every slot the flight fills from there on. The part the

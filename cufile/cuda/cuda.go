@@ -473,6 +473,23 @@ func (d *cudaDevice) CopyDtoHAsync(stream uintptr, src cufile.Allocation, srcOff
 	return nil
 }
 
+func (d *cudaDevice) RecordFence(stream, fence uintptr) error {
+	if r := d.drv.cuEventRecord(fence, stream); r != cudaSuccess {
+		return d.drv.fail("cuEventRecord", r, nil)
+	}
+	return nil
+}
+
+// AllocDevice allocates device memory of the daemon's own; called inside
+// Run, and its Close frees it.
+func (d *cudaDevice) AllocDevice(size int) (cufile.Allocation, error) {
+	a := &cudaAllocation{dev: d, size: uint64(size), local: true}
+	if r := d.drv.cuMemAlloc(&a.ptr, uint64(size)); r != cudaSuccess {
+		return nil, d.drv.fail("cuMemAlloc_v2", r, nil)
+	}
+	return a, nil
+}
+
 func (d *cudaDevice) FenceDone(e uintptr) (bool, error) {
 	switch r := d.drv.cuEventQuery(e); r {
 	case cudaSuccess:
@@ -504,7 +521,7 @@ type cudaAllocation struct {
 	ptr    uint64 // CUdeviceptr
 	size   uint64
 	closed atomic.Bool
-	local  bool // allocated in this process with cuMemAlloc (tests): Close frees it
+	local  bool // allocated in this process with cuMemAlloc (a twin, tools): Close frees it
 }
 
 func (a *cudaAllocation) Device() int { return a.dev.Ordinal() }

@@ -262,6 +262,10 @@ func (h *hostStandin) NewStager(device int, cfg cufile.StagerConfig) (cufile.Sta
 	return staging.New(&hostDevice{copyDelay: h.copyDelay}, cfg)
 }
 
+// NewDevice is the stand-in's device, for a stager made with staging.New
+// by a test that watches its copies (a Device wrapping it).
+func NewDevice() staging.Device { return &hostDevice{} }
+
 // hostAllocation is a shared mapping of a stand-in file.
 type hostAllocation struct {
 	mu     sync.RWMutex // copies hold it shared, Close exclusive
@@ -403,6 +407,8 @@ func (d *hostDevice) work(st *hostStream) {
 			if buf, err = job.from.read(job.fromOff, uint64(len(job.toHost))); err == nil {
 				copy(job.toHost, buf)
 			}
+		} else if job.dst == nil && job.from == nil {
+			// A fence recorded on the stream: nothing to copy.
 		} else if job.from != nil {
 			var buf []byte
 			if buf, err = job.from.read(job.fromOff, job.n); err == nil {
@@ -457,6 +463,27 @@ func (d *hostDevice) NewFence() (uintptr, error) {
 }
 
 func (d *hostDevice) DestroyFence(uintptr) error { return nil }
+
+// RecordFence makes fence the next job of stream, a copy of nothing.
+func (d *hostDevice) RecordFence(stream, fence uintptr) error {
+	c := &hostCopy{done: make(chan struct{})}
+	f := d.fence(fence)
+	f.mu.Lock()
+	f.last = c
+	f.mu.Unlock()
+	d.stream(stream).jobs <- hostJob{copy: c}
+	return nil
+}
+
+// AllocDevice maps size bytes of anonymous memory: the stand-in's device
+// memory of the daemon's own.
+func (d *hostDevice) AllocDevice(size int) (cufile.Allocation, error) {
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("device memory of %d bytes: %w", size, err)
+	}
+	return &hostAllocation{mem: mem, size: uint64(size)}, nil
+}
 
 func (d *hostDevice) CopyAsync(stream, fence uintptr, src []byte, dst cufile.Allocation, dstOff uint64, fault func(error)) error {
 	a, ok := dst.(*hostAllocation)

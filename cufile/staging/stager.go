@@ -71,9 +71,14 @@ type Device interface {
 	// CopyDtoHAsync enqueues the copy of len(dst) bytes of src at srcOff
 	// into dst, part of a pinned slot, on stream; fault as for CopyAsync.
 	CopyDtoHAsync(stream uintptr, src cufile.Allocation, srcOff uint64, dst []byte, fault func(error)) error
+	// RecordFence records fence on stream after what is enqueued there.
+	RecordFence(stream, fence uintptr) error
 	FenceDone(fence uintptr) (bool, error)
 	WaitFence(fence uintptr) error
 	SyncStream(stream uintptr) error
+	// AllocDevice allocates size bytes of the daemon's own device memory
+	// (a slot's twin, see twin); Close frees it, outside Run.
+	AllocDevice(size int) (cufile.Allocation, error)
 }
 
 // copyStream is one stream of the pool. A stream runs its copies in order,
@@ -108,7 +113,29 @@ type stager struct {
 	growAfter time.Time
 	changed   chan struct{} // closed and replaced whenever slots change state
 	closed    bool
+	// twins are device buffers of the daemon's own, one slot each, made
+	// as copies to several destinations need them, up to maxTwins;
+	// noTwins: one could not be allocated, and none is tried again.
+	twins   []*twin
+	noTwins bool
 }
+
+// twin is a device buffer of a slot's size that a slot copied to several
+// destinations goes through: one host-to-device copy into it, then one
+// device-to-device copy per destination. Eight destinations on one GPU
+// then cost the host link one copy, not eight; and each destination's
+// bytes still come from the daemon's memory, never from another caller's
+// buffer, which that caller may change at any time.
+type twin struct {
+	mem   cufile.Allocation
+	fence uintptr // recorded after its last device-to-device copy
+	busy  bool    // copies from it enqueued; free again once fence is done
+}
+
+// maxTwins bounds a device's twins: a twin is busy only from its
+// host-to-device copy until its copies out, a few slots' copy times, so a
+// few per copy stream serve; beyond them copies go from the slot.
+const maxTwins = 32
 
 // New makes a stager of dev's slot ring and copy streams, sized by cfg;
 // it pins the ring's first chunk now and the rest as GETs need slots.
@@ -142,8 +169,16 @@ func New(dev Device, cfg cufile.StagerConfig) (cufile.Stager, error) {
 
 // destroy frees what New made; no copy may be outstanding.
 func (s *stager) destroy() error {
-	return s.dev.Run(func() error {
+	var twinErrs []error
+	for _, tw := range s.twins {
+		twinErrs = append(twinErrs, tw.mem.Close())
+	}
+	err := s.dev.Run(func() error {
 		var errs []error
+		for _, tw := range s.twins {
+			errs = append(errs, s.dev.DestroyFence(tw.fence))
+		}
+		s.twins = nil
 		for _, st := range s.streams {
 			errs = append(errs, s.dev.DestroyStream(st.handle))
 		}
@@ -157,6 +192,7 @@ func (s *stager) destroy() error {
 		s.chunks = nil
 		return errors.Join(errs...)
 	})
+	return errors.Join(append(twinErrs, err)...)
 }
 
 // growChunk is how many bytes of slots the ring pins at a time: as GETs
@@ -760,6 +796,16 @@ func (c *copier) CopyAsyncMany(p *cufile.Slot, pieces []cufile.SlotCopy) []error
 	st := c.stream
 	st.enqueue.Lock()
 	enqueued := false
+	if c.copyThroughTwin(slot, pieces, errs) {
+		s.mu.Lock()
+		c.copyingLocked(slot)
+		// The copies out of the twin end after the slot's fence: only a
+		// stream synchronisation covers them.
+		c.unfenced = true
+		s.mu.Unlock()
+		st.enqueue.Unlock()
+		return errs
+	}
 	for i, p := range pieces {
 		if p.Off < 0 || p.Off > len(slot.Buf) {
 			errs[i] = fmt.Errorf("%w: piece at %d of a %d-byte slot", cufile.ErrOutOfRange, p.Off, len(slot.Buf))
@@ -783,6 +829,128 @@ func (c *copier) CopyAsyncMany(p *cufile.Slot, pieces []cufile.SlotCopy) []error
 	s.mu.Unlock()
 	st.enqueue.Unlock()
 	return errs
+}
+
+// copyThroughTwin enqueues the copies of pieces of slot to two or more
+// destinations through a twin (see twin): the part of the slot they cover
+// into the twin, with the slot's fence after it (the slot returns to the
+// ring once that copy is done), then one device-to-device copy per piece,
+// with the twin's fence after the last. A refused piece gets its error in
+// errs. It returns false, having enqueued nothing, where fewer than two
+// pieces are to be copied or no twin is free: the caller copies from the
+// slot. Called with the stream's enqueue lock held.
+func (c *copier) copyThroughTwin(slot *ringSlot, pieces []cufile.SlotCopy, errs []error) bool {
+	s := c.s
+	lo, hi, valid := len(slot.Buf), 0, 0
+	for i, p := range pieces {
+		if p.Off < 0 || p.Off > len(slot.Buf) {
+			errs[i] = fmt.Errorf("%w: piece at %d of a %d-byte slot", cufile.ErrOutOfRange, p.Off, len(slot.Buf))
+			continue
+		}
+		if errs[i] = c.checkCopy(len(slot.Buf)-p.Off, p.N, p.Dst, p.DstOff); errs[i] != nil || p.N == 0 {
+			continue
+		}
+		lo, hi, valid = min(lo, p.Off), max(hi, p.Off+p.N), valid+1
+	}
+	if valid < 2 {
+		clear(errs) // the caller checks every piece again
+		return false
+	}
+	tw := s.takeTwin()
+	if tw == nil {
+		clear(errs)
+		return false
+	}
+	// A failure of the copy into the twin reaches every destination.
+	faultAll := func(err error) {
+		for i, p := range pieces {
+			if errs[i] == nil && p.N > 0 {
+				c.faultTo(p.Dst)(err)
+			}
+		}
+	}
+	err := s.dev.Run(func() error {
+		if err := s.dev.CopyAsync(c.stream.handle, slot.fence, slot.Buf[lo:hi], tw.mem, uint64(lo), faultAll); err != nil {
+			return err
+		}
+		for i, p := range pieces {
+			if errs[i] != nil || p.N == 0 {
+				continue
+			}
+			errs[i] = s.dev.CopyDtoDAsync(c.stream.handle, tw.mem, uint64(p.Off), p.Dst, p.DstOff, uint64(p.N), c.faultTo(p.Dst))
+		}
+		if err := s.dev.RecordFence(c.stream.handle, tw.fence); err != nil {
+			// The twin's copies may be enqueued without its fence: drain
+			// the stream before it can be taken again.
+			return errors.Join(err, s.dev.SyncStream(c.stream.handle))
+		}
+		return nil
+	})
+	if err != nil {
+		// Nothing known to be enqueued after a failure there: the stream
+		// is drained, and the caller copies from the slot.
+		_ = s.dev.Run(func() error { return s.dev.SyncStream(c.stream.handle) })
+		s.putTwin(tw)
+		clear(errs)
+		return false
+	}
+	return true
+}
+
+// takeTwin returns a free twin, marked busy, making one where there are
+// fewer than maxTwins; nil when none is free or can be made.
+func (s *stager) takeTwin() *twin {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, tw := range s.twins {
+		if !tw.busy {
+			tw.busy = true
+			return tw
+		}
+		// A failed copy out of it was its destination's failure, reported
+		// to its copier: the twin is free all the same.
+		if done, _ := s.fenceDone(tw.fence); done {
+			return tw // stays busy: taken again
+		}
+	}
+	if s.noTwins || len(s.twins) >= maxTwins {
+		return nil
+	}
+	tw := &twin{busy: true}
+	err := s.dev.Run(func() error {
+		fence, err := s.dev.NewFence()
+		if err != nil {
+			return err
+		}
+		if tw.mem, err = s.dev.AllocDevice(s.cfg.SlotSize); err != nil {
+			return errors.Join(err, s.dev.DestroyFence(fence))
+		}
+		tw.fence = fence
+		return nil
+	})
+	if err != nil {
+		s.noTwins = true
+		return nil
+	}
+	s.twins = append(s.twins, tw)
+	return tw
+}
+
+// putTwin gives back a twin taken for copies that were not enqueued.
+func (s *stager) putTwin(tw *twin) {
+	s.mu.Lock()
+	tw.busy = false
+	s.mu.Unlock()
+}
+
+// fenceDone asks the device whether fence is done; called with mu held (a
+// query of an event, which does not wait).
+func (s *stager) fenceDone(fence uintptr) (done bool, err error) {
+	err = s.dev.Run(func() error {
+		done, err = s.dev.FenceDone(fence)
+		return err
+	})
+	return done, err
 }
 
 // CopyHeldAsync enqueues the copy of slot.Buf[off:off+n] to dst at dstOff

@@ -560,6 +560,10 @@ func (pinOnly) DestroyFence(uintptr) error         { return nil }
 func (pinOnly) FenceDone(uintptr) (bool, error)    { return true, nil }
 func (pinOnly) WaitFence(uintptr) error            { return nil }
 func (pinOnly) SyncStream(uintptr) error           { return nil }
+func (pinOnly) RecordFence(uintptr, uintptr) error { return nil }
+func (pinOnly) AllocDevice(int) (cufile.Allocation, error) {
+	return nil, errors.New("pinOnly has no device memory")
+}
 func (pinOnly) CopyAsync(uintptr, uintptr, []byte, cufile.Allocation, uint64, func(error)) error {
 	return errors.New("pinOnly copies nothing")
 }

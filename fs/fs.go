@@ -317,7 +317,6 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	h.SetPageCache(pageCache{&f.Inode})
 	// The core chose the open's reads; direct I/O is the kernel's to know.
 	// Otherwise the inode is this version of the object (a new version is
 	// a new inode), so what the page cache holds for it stays right across
@@ -341,20 +340,10 @@ var (
 	_ gofs.FileReleaser    = (*fileHandle)(nil)
 )
 
-// pageCache is a file's page cache in the kernel, which its handles fill
-// ahead of the page cache's own reads (vfs/pagecache.go) with NOTIFY_STORE.
-type pageCache struct{ inode *gofs.Inode }
-
-func (c pageCache) Store(off int64, b []byte) error {
-	if en := c.inode.WriteCache(off, b); en != 0 {
-		return en
-	}
-	return nil
-}
-
 // ReadWithFlags serves a read. The kernel marks a direct-I/O read(2)'s
 // reads with READ_LOCKOWNER; the others come from the page cache (its
-// readahead, a mapping's faults), which the handle may fill ahead.
+// readahead, a mapping's faults), which no stream feed serves
+// (vfs.Handle.ReadPageCache).
 func (fh *fileHandle) ReadWithFlags(ctx context.Context, dest []byte, off int64, readFlags uint32) (fuse.ReadResult, syscall.Errno) {
 	start := time.Now()
 	var r vfs.Reply

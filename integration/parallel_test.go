@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/mounttest"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
@@ -92,76 +90,6 @@ func TestParallelPreadsOfOneFileAreFedAhead(t *testing.T) {
 	if received > size*11/10 {
 		t.Errorf("%v bytes received from S3 for a %d-byte object: want at most 1.1 times it", received, size)
 	}
-	// Direct-I/O preads never fill the page cache: nobody would read
-	// those pages.
-	if filled := metricSum(t, d, "page_cache_fill_bytes_total"); filled != 0 {
-		t.Errorf("preads filled the page cache with %v bytes, want none", filled)
-	}
-}
-
-// A mapping copied out in order, and one copied from its end down: what
-// the daemon fetches ahead of the faults is copied into the page cache as
-// it comes in, so the faults find most pages there and the kernel sends
-// fewer reads than one per readahead; every byte is right and none
-// comes from S3 twice.
-func TestMmapReadIsFilledAhead(t *testing.T) {
-	srv := testenv.Start(t)
-	srv.CreateBucket(t, "data")
-	const size = 128 << 20
-	sums := map[string]string{
-		"1":    srv.PutRandomObject(t, "data", "fill-1.bin", size, 84),
-		"back": srv.PutRandomObject(t, "data", "fill-back.bin", size, 85),
-	}
-	// 1 MiB requests and readahead: without fills, a read per MiB.
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
-		c.FS.MaxRead, c.ReadAhead, c.Core.FillPageCache = 1<<20, 1<<20, true
-	})
-	for _, way := range []string{"1", "back"} {
-		path, sum := filepath.Join(mp, "fill-"+way+".bin"), sums[way]
-		if err := dropPageCache(path); err != nil {
-			t.Fatal(err)
-		}
-		readsBefore := metricSum(t, d, "posix_reads_total")
-		bytesBefore := metricSum(t, d, "s3_received_bytes_total")
-		filledBefore := metricSum(t, d, "page_cache_fill_bytes_total")
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), mmapThreadsEnv+"="+way+":"+path)
-		out, err := cmd.Output()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 3 {
-			t.Skip("this kernel refuses shared mappings of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP came with Linux 6.6)")
-		}
-		if err != nil {
-			t.Fatalf("%s: a mapping copied in a child: %v", way, err)
-		}
-		if got := strings.TrimSpace(string(out)); got != sum {
-			t.Fatalf("%s: a mapping copied: sha256 %s, want %s", way, got, sum)
-		}
-		reads := metricSum(t, d, "posix_reads_total") - readsBefore
-		received := metricSum(t, d, "s3_received_bytes_total") - bytesBefore
-		filled := metricSum(t, d, "page_cache_fill_bytes_total") - filledBefore
-		t.Logf("%s: %v FUSE reads, %v bytes filled into the page cache, %v received for %d", way, reads, filled, received, size)
-		if filled < size/2 {
-			t.Errorf("%s: %v bytes filled into the page cache ahead of the faults, want at least half the %d", way, filled, size)
-		}
-		// Without fills it is one per readahead or more.
-		if reads > size/(1<<20)*3/4 {
-			t.Errorf("%s: %v FUSE reads for %d bytes in 1 MiB readaheads: want under three quarters of one per readahead", way, reads, size)
-		}
-		if received > size*11/10 {
-			t.Errorf("%s: %v bytes received from S3 for a %d-byte object: want at most 1.1 times it", way, received, size)
-		}
-	}
-}
-
-// dropPageCache has the kernel drop path's cached pages (POSIX_FADV_DONTNEED).
-func dropPageCache(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
 // A mapping of a large object faulted through in order by 4 threads, each
@@ -175,11 +103,8 @@ func TestMmapReadByFourThreadsIsFedAhead(t *testing.T) {
 	gets := &rangeLog{}
 	// 1 MiB requests and readahead: each thread's faults a run of many
 	// reads, as the test's counts assume.
-	// The page cache is not filled ahead (TestMmapReadIsFilledAhead):
-	// the kernel's own reads are what this test follows.
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
-		c.FS.MaxRead, c.ReadAhead, c.Core.FillPageCache = 1<<20, 1<<20, false
-	}, mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.MaxRead, c.ReadAhead = 1<<20, 1<<20 },
+		mounttest.WrapStore(func(s objstore.Store) objstore.Store { gets.Store = s; return gets }))
 	path := filepath.Join(mp, "map.bin")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
@@ -231,9 +156,7 @@ func TestMmapReadBackwardIsFedAhead(t *testing.T) {
 	srv.CreateBucket(t, "data")
 	const size = 64 << 20
 	sum := srv.PutRandomObject(t, "data", "back.bin", size, 83)
-	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) {
-		c.FS.MaxRead, c.ReadAhead, c.Core.FillPageCache = 1<<20, 1<<20, false
-	})
+	mp, d := mountOf(t, srv, "data", func(c *daemon.Config) { c.FS.MaxRead, c.ReadAhead = 1<<20, 1<<20 })
 	path := filepath.Join(mp, "back.bin")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)

@@ -68,11 +68,6 @@ type Set struct {
 	// BlocksKept counts blocks one reader had read that were kept for
 	// another reader of the same object close behind it.
 	BlocksKept prometheus.Counter
-	// PageCacheFillBytes counts bytes copied into the kernel's page cache
-	// ahead of a mapping's faults (vfs/pagecache.go); PageCacheFillSkips
-	// counts blocks not copied, by why.
-	PageCacheFillBytes prometheus.Counter
-	PageCacheFillSkips *prometheus.CounterVec // reason
 	// SpliceBytes counts bytes spliced from a GET's socket into /dev/fuse
 	// (vfs/splice.go); SpliceEnds says how each spliced GET ended.
 	SpliceBytes prometheus.Counter
@@ -219,12 +214,6 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.BlocksKept = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_blocks_kept_for_readers_total", Help: "Blocks a sequential reader had read that were kept for another reader of the same object close behind it, instead of leaving the cache.",
 	})
-	s.PageCacheFillBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_page_cache_fill_bytes_total", Help: "Bytes copied into the kernel's page cache ahead of the reads the page cache sends (a mapping's faults, readahead), so that the reader finds them there (--fill-page-cache).",
-	})
-	s.PageCacheFillSkips = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "s3gdsfs_page_cache_fill_skips_total", Help: "Blocks fetched ahead for the page cache but not copied into it, by why: trigger (one block of each fetched range, left for the kernel to read: its read tells the stream where the reader is), read (the kernel had asked for them), filled (the page cache had them from another stream's fill or a read), closed (the file was closed), absent (not held), refused (the kernel refused a fill; the handle fills no more).",
-	}, []string{"reason"})
 	s.SpliceBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_bytes_total", Help: "Bytes of direct-I/O reads spliced from a GET's socket (whole-object, or a stream's ranged one) into the kernel's reply, never copied through the daemon's memory (--splice).",
 	})
@@ -359,7 +348,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.BytesInFlight, s.MemoryInUse, s.MemoryLimit, s.CachedBytes,
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.WriteBytes, s.UploadsInFlight, s.UploadPartRetries, s.UploadsDone,
-		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept, s.PageCacheFillBytes, s.PageCacheFillSkips,
+		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept,
 		s.SpliceBytes, s.SpliceEnds, s.SpliceStreamGets, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		s.FuseReadReplies, s.FuseReadReplySeconds,

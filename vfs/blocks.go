@@ -27,7 +27,7 @@ func (b *blockReader) read(ctx context.Context, off int64, n int, cached bool) (
 		return Reply{Release: func() {}}, nil
 	}
 	end := min(off+int64(n), size)
-	sequential := b.ahead.plan(off, end, cached && h.fills())
+	sequential := b.ahead.plan(off, end)
 	bs := int64(h.f.cfg.BlockSize)
 	var views [][]byte
 	var held []*cache.Block

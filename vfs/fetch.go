@@ -93,17 +93,6 @@ func (fe *fetcher) get(ctx context.Context, o object, idx int64) (*cache.Block, 
 	return fe.wait(ctx, p)
 }
 
-// held returns block idx of o with a reference for the caller if it is
-// cached or on its way (then once it is in), or nil: it never starts a
-// download.
-func (fe *fetcher) held(ctx context.Context, o object, idx int64) (*cache.Block, error) {
-	key := cache.BlockKey{Object: o.id, Index: idx}
-	if b, ok, err := fe.find(ctx, key); ok {
-		return b, err
-	}
-	return fe.f.blocks.Get(key), nil // it may have come in between the two looks
-}
-
 // find returns block key with a reference for the caller if it is cached
 // or on its way (then once it is in); ok is false when it is neither.
 func (fe *fetcher) find(ctx context.Context, key cache.BlockKey) (b *cache.Block, ok bool, err error) {

@@ -28,12 +28,7 @@ type Handle struct {
 	readers []reader
 	spliced *splicer // nil unless the open may splice
 	blocks  blockReader
-	// cache is the page cache the handle fills ahead of the reads the
-	// page cache sends (pagecache.go); nil: none. cacheRefused: the
-	// kernel refused a fill, and the handle fills no more.
-	cache        PageCache
-	cacheRefused atomic.Bool
-	closed       atomic.Bool
+	closed  atomic.Bool
 }
 
 // A reader is one way of serving a handle's reads. read serves [off, off+n)
@@ -127,8 +122,9 @@ func (h *Handle) Read(ctx context.Context, off int64, n int) (Reply, error) {
 }
 
 // ReadPageCache is Read for a read the kernel's page cache sent (its
-// readahead, a fault of a mapping) rather than a direct-I/O read(2): the
-// handle may fill the page cache ahead of such reads (pagecache.go).
+// readahead, a fault of a mapping) rather than a direct-I/O read(2): such
+// reads come in the kernel's order, not a stream's, so no stream feed
+// serves them (splice.go).
 func (h *Handle) ReadPageCache(ctx context.Context, off int64, n int) (Reply, error) {
 	return h.read(ctx, off, n, true)
 }

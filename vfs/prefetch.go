@@ -1,9 +1,6 @@
 package vfs
 
-import (
-	"slices"
-	"sync"
-)
+import "sync"
 
 // The prefetcher decides what a handle's blocks fetch ahead of its readers.
 //
@@ -80,10 +77,6 @@ type prefetcher struct {
 	wholeFor *seqStream
 	// wholeTried: a handle sends at most one whole-object GET.
 	wholeTried bool
-	// inPageCache holds the blocks the handle's page cache has (or is
-	// getting) whole: filled (pagecache.go), or asked for by a read the
-	// page cache sent. Overlapping streams fill each block once.
-	inPageCache map[int64]struct{}
 }
 
 // maxStreams is how many sequential readers one handle follows at once:
@@ -246,17 +239,12 @@ func (p *prefetcher) fenceFor(s *seqStream, end, blocks int64) int64 {
 }
 
 // plan follows the read of [off, end), starts what is to be fetched ahead
-// of it, and reports whether the read was sequential. With fill, the page
-// cache sent the read, and what a sequential stream fetches ahead is
-// copied into it as it comes in (pagecache.go).
-func (p *prefetcher) plan(off, end int64, fill bool) (sequential bool) {
+// of it, and reports whether the read was sequential.
+func (p *prefetcher) plan(off, end int64) (sequential bool) {
 	h := p.h
 	f := h.f
 	bs := int64(f.cfg.BlockSize)
 	p.mu.Lock()
-	if fill {
-		p.markInPageCache((off+bs-1)/bs, end/bs)
-	}
 	if first, at, handedOver := h.st.startBlocks(h); first && handedOver {
 		// A spliced GET served the reader up to at: one GET of the
 		// object has been spent, so no whole-object stream.
@@ -318,16 +306,10 @@ func (p *prefetcher) plan(off, end int64, fill bool) (sequential bool) {
 	if p.wholeFor == s {
 		whole = p.whole
 	}
-	back, window := s.back, s.window
 	h.st.moved(h, s.nextOff, sequential)
 	p.mu.Unlock()
 	if to > from {
-		reached := p.fetchAhead(whole, from, to)
-		if fill && sequential && reached > from {
-			p.fill(s, fillOrder(back, from, reached, triggerBlock(back, from, reached, window/bs)))
-			f.m.PageCacheFillSkips.WithLabelValues("trigger").Inc()
-		}
-		if reached < to {
+		if reached := p.fetchAhead(whole, from, to); reached < to {
 			// What was not started is not coming: let the next read ask
 			// again rather than fetch those blocks one at a time.
 			p.mu.Lock()
@@ -340,36 +322,6 @@ func (p *prefetcher) plan(off, end int64, fill bool) (sequential bool) {
 		}
 	}
 	return sequential
-}
-
-// triggerBlock is the block of the range [from, reached) fetched ahead of
-// a stream that is left out of its fill, for the kernel to read: a reader
-// that finds its pages filled sends no reads, so that read is what tells
-// the stream where the reader is. It lies half the stream's window (of
-// window blocks) short of the range's far end, where a read sends the
-// next range out (plan), so the next fill is under way while the reader
-// still has half a window of filled pages ahead of it.
-func triggerBlock(back bool, from, reached, window int64) int64 {
-	half := max(window/2, 1)
-	if back { // the reader moves down: the far end is from
-		return min(reached-1, from+half-1)
-	}
-	return max(from, reached-half)
-}
-
-// fillOrder is the blocks of [from, reached) but trigger, nearest to the
-// reader first: ascending, or for a stream that runs backward descending.
-func fillOrder(back bool, from, reached, trigger int64) []int64 {
-	blocks := make([]int64, 0, reached-from)
-	for i := from; i < reached; i++ {
-		if i != trigger {
-			blocks = append(blocks, i)
-		}
-	}
-	if back {
-		slices.Reverse(blocks)
-	}
-	return blocks
 }
 
 // maxWindow is the largest window a handle's one stream may grow to now:

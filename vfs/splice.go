@@ -189,10 +189,7 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		if !streams || feed.next.Load() == off {
 			return s.serve(ctx, feed, off, n)
 		}
-	} else if off == 0 && n > 0 && size > 0 && !(cached && h.fills()) && h.st.trySplice(h) {
-		// A mapping's faults that the blocks fill the page cache ahead of
-		// (pagecache.go) are not spliced: a spliced reply is copied into
-		// the page cache while the reader waits, a fill beside it.
+	} else if off == 0 && n > 0 && size > 0 && h.st.trySplice(h) {
 		feed := h.openSplice(0, size)
 		if feed == nil {
 			h.st.spliceEnded(h, 0, false)

@@ -490,10 +490,10 @@ func TestStreamsAreFoundByTheirPlaceAndTheOldestMakesWay(t *testing.T) {
 	p := &h.blocks.ahead
 	for i := range maxStreams + 1 {
 		off := int64(i+1) * region // not at 0: no first read from the start
-		if p.plan(off, off+4096, false) {
+		if p.plan(off, off+4096) {
 			t.Fatalf("first read of region %d taken as sequential", i)
 		}
-		if !p.plan(off+4096, off+2*4096, false) {
+		if !p.plan(off+4096, off+2*4096) {
 			t.Fatalf("second read of region %d not taken as sequential", i)
 		}
 	}
@@ -510,11 +510,11 @@ func TestStreamsAreFoundByTheirPlaceAndTheOldestMakesWay(t *testing.T) {
 	// Out of order within a part back or two ahead of a sequential stream.
 	const part = 4 * 4096
 	next := int64(3)*region + 2*4096 // where region 3's stream reads next
-	if !p.plan(next-part, next-part+4096, false) || !p.plan(next+2*part, next+2*part+4096, false) {
+	if !p.plan(next-part, next-part+4096) || !p.plan(next+2*part, next+2*part+4096) {
 		t.Fatal("reads a part behind and two parts ahead of a sequential stream not taken as its")
 	}
 	next += 2*part + 4096
-	if p.plan(next+3*part, next+3*part+4096, false) {
+	if p.plan(next+3*part, next+3*part+4096) {
 		p.mu.Lock()
 		for _, st := range p.streams {
 			t.Logf("stream %d next %d streak %v", st.start, st.nextOff, st.streak)

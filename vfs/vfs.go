@@ -85,12 +85,6 @@ type Config struct {
 	// reads elsewhere in an object (many threads' preads of one file) from
 	// a ranged GET of its own (splice.go).
 	SpliceStreams bool
-	// FillPageCache copies what a stream of the page cache's reads (a
-	// mapping's faults, the kernel's readahead) fetches ahead into the
-	// page cache as it comes in, so that the reader finds it there
-	// (pagecache.go). Needs a FUSE layer that gives handles their page
-	// cache (Handle.SetPageCache).
-	FillPageCache bool
 	// Writes is the write side: off unless Writes.Allow (upload.go).
 	Writes WriteConfig
 	// SpliceAhead has a spliced feed move the next reply's bytes out of
@@ -127,10 +121,7 @@ func DefaultConfig() Config {
 		StreamIdle:    5 * time.Second,
 		// Where DirectIOAuto switches to direct I/O.
 		DirectIOMinSize: 64 << 20,
-		// Off until measured on the GPU machine (docs/benchmarks.md,
-		// "Defaults and why").
-		FillPageCache: false,
-		Writes:        DefaultWriteConfig(),
+		Writes:          DefaultWriteConfig(),
 	}
 }
 
@@ -272,7 +263,6 @@ type FS struct {
 	// largestRead is the largest direct-I/O read the kernel has sent: its
 	// split of a larger one, which tells a stream's reads (splice.go).
 	largestRead atomic.Int64
-	fillSlots   chan struct{} // blocks being copied into page caches (pagecache.go)
 
 	// readers are the open handles of each object version (by object id)
 	// and what they know of each other (handle.go's readState).
@@ -296,17 +286,16 @@ func New(store objstore.Store, cfg Config, m *metrics.Set, log *slog.Logger) (*F
 		return nil, err
 	}
 	f := &FS{
-		store:     store,
-		cfg:       cfg,
-		log:       log,
-		m:         m,
-		meta:      cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
-		listed:    newListings(cfg.MetaTTL, min(cfg.MetaEntries, maxListedEntries)),
-		loads:     newDirLoads(),
-		blocks:    blocks,
-		skipped:   make(map[string]struct{}),
-		readers:   make(map[string]*readState),
-		fillSlots: make(chan struct{}, fillWorkers),
+		store:   store,
+		cfg:     cfg,
+		log:     log,
+		m:       m,
+		meta:    cache.NewMetaCache[Entry](cfg.MetaTTL, cfg.NegativeTTL, cfg.MetaEntries),
+		listed:  newListings(cfg.MetaTTL, min(cfg.MetaEntries, maxListedEntries)),
+		loads:   newDirLoads(),
+		blocks:  blocks,
+		skipped: make(map[string]struct{}),
+		readers: make(map[string]*readState),
 	}
 	f.fetch = newFetcher(f)
 	m.MemoryLimit.Set(float64(cfg.MemoryLimit))

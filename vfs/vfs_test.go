@@ -511,7 +511,7 @@ func TestPrefetchShortOfMemoryReportsWhereItStopped(t *testing.T) {
 	h2 := openFile(t, f, "obj2")
 	st := &seqStream{window: 16 * 4096} // as after a few sequential reads
 	h2.blocks.ahead.streams = []*seqStream{st}
-	h2.blocks.ahead.plan(0, 4096, false)
+	h2.blocks.ahead.plan(0, 4096)
 	h2.blocks.ahead.mu.Lock()
 	defer h2.blocks.ahead.mu.Unlock()
 	if st.prefetchedTo > 2*4096 {

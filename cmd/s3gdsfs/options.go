@@ -182,8 +182,6 @@ func mountOptions(mf *mountFlags) []option {
 			help: "the smallest object `--direct-io=auto` reads with direct I/O"},
 		{name: "fuse-max-read", group: groupKernel, arg: "SIZE", value: (*intSize)(&c.FS.MaxRead), why: benchmarksDoc, advanced: true,
 			help: "the largest read (and write) request the kernel sends the daemon, up to `16MiB`; above `1MiB` the kernel's `fs.fuse.max_pages_limit` must allow it, which the daemon raises as root (kernel 6.13 and later)"},
-		{name: "fill-page-cache", group: groupKernel, value: (*boolValue)(&c.Core.FillPageCache), bare: "true", why: benchmarksDoc, advanced: true,
-			help: "copy what is fetched ahead for a mapping's faults (and other page-cache reads) into the page cache as it comes in, so that the reader finds it there; `false`: only the kernel's own reads fill it"},
 		{name: "read-ahead", group: groupKernel, arg: "SIZE", value: (*cli.Size)(&c.ReadAhead), advanced: true,
 			help: "kernel readahead for the mount (`0` keeps the kernel's 128KiB; needs root)"},
 		{name: "fuse-poll", group: groupKernel, arg: "DURATION", value: (*durationValue)(&c.FS.PollRequests), def: "`1ms` with 8 CPUs or more, else `0`", why: benchmarksDoc, advanced: true,

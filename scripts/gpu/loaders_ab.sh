@@ -30,7 +30,7 @@ python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket
 python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
 P=$MP/ckpt.safetensors
 # counters LABEL: the daemon's counters of FUSE reads and GETs (the metrics' text) to $OUT/counters/LABEL.
-counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|page_cache_fill|splice_bytes_total)' > "$OUT/counters/$1" || true; }
+counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|splice_bytes_total)' > "$OUT/counters/$1" || true; }
 # delta A B: what the counters moved between two snapshots, where the time of a FUSE read went.
 delta() {
   python3 - "$OUT/counters/$1" "$OUT/counters/$2" "$2" <<'PY' | tee -a "$OUT/where.txt"
@@ -55,10 +55,6 @@ if gets:
     out["gets"] = gets
     out["get_ms"] = round(1e3 * sum(v for k, v in m.items() if k.startswith('s3gdsfs_s3_request_seconds_sum{op="get"')) / gets, 3)
 out["received_gb"] = round(g("s3gdsfs_s3_received_bytes_total") / 1e9, 3)
-out["page_cache_filled_gb"] = round(g("s3gdsfs_page_cache_fill_bytes_total") / 1e9, 3)
-skips = {k.split('"')[1]: v for k, v in m.items() if k.startswith("s3gdsfs_page_cache_fill_skips_total{")}
-if skips:
-    out["fill_skips"] = skips
 splices = sum(v for k, v in m.items() if k.startswith("s3gdsfs_splice_bytes_total"))
 if splices:
     out["spliced_gb"] = round(splices / 1e9, 3)

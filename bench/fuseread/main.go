@@ -3,9 +3,11 @@
 // (one writev from memory, or with --mode splice spliced from a memfd holding the same bytes),
 // with requests of up to --max-read bytes. Whatever readers reach through it is the most they
 // can reach through any FUSE filesystem on that machine (docs/benchmarks.md); its byte at
-// offset i is byte(i*7).
+// offset i is byte(i*7), or with --file the bytes of that file (a checkpoint, for loaders that
+// parse what they read). With --page-cache its opens go through the kernel's page cache rather
+// than direct I/O: the ceiling of readers of a mapping (safetensors.torch.load_file).
 //
-//	fuseread [--size BYTES] [--max-read BYTES] [--mode writev|splice] MOUNTPOINT
+//	fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--page-cache] MOUNTPOINT
 //
 // It serves until SIGINT or SIGTERM. Above 1 MiB, --max-read needs fs.fuse.max_pages_limit
 // raised (as root: sysctl fs.fuse.max_pages_limit=N pages).
@@ -25,9 +27,10 @@ import (
 )
 
 var (
-	data  []byte
-	memfd int
-	mode  string
+	data      []byte
+	memfd     int
+	mode      string
+	pageCache bool
 )
 
 type root struct{ fs.Inode }
@@ -46,6 +49,9 @@ func (f *file) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 }
 
 func (f *file) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if pageCache {
+		return nil, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	return nil, fuse.FOPEN_DIRECT_IO, 0
 }
 
@@ -64,15 +70,23 @@ func main() {
 	size := flag.Int64("size", 512<<20, "")
 	flag.StringVar(&mode, "mode", "writev", "writev or splice")
 	maxRead := flag.Int("max-read", 1<<20, "")
+	from := flag.String("file", "", "serve this file's bytes instead of the pattern")
+	flag.BoolVar(&pageCache, "page-cache", false, "open through the kernel's page cache, not direct I/O")
 	flag.Parse()
 	if flag.NArg() != 1 || *size <= 0 || (mode != "writev" && mode != "splice") {
-		log.Fatal("usage: fuseread [--size BYTES] [--max-read BYTES] [--mode writev|splice] MOUNTPOINT")
-	}
-	data = make([]byte, *size)
-	for i := range data {
-		data[i] = byte(i * 7)
+		log.Fatal("usage: fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--page-cache] MOUNTPOINT")
 	}
 	var err error
+	if *from != "" {
+		if data, err = os.ReadFile(*from); err != nil {
+			log.Fatal(err)
+		}
+	} else {
+		data = make([]byte, *size)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+	}
 	memfd, err = unix.MemfdCreate("blocks", 0)
 	if err != nil {
 		log.Fatal(err)
@@ -85,7 +99,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("serving %s/f: %d bytes, replies by %s, reads of up to %d bytes", flag.Arg(0), *size, mode, *maxRead)
+	log.Printf("serving %s/f: %d bytes, replies by %s, reads of up to %d bytes, page cache %v", flag.Arg(0), len(data), mode, *maxRead, pageCache)
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
 	go func() { <-c; srv.Unmount() }()

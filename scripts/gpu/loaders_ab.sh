@@ -9,7 +9,8 @@
 # VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
 # commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
 # (--pprof), written to $OUT/NAME.pprof. The FUSE ceiling first: the same preads of a file of
-# FUSEREAD_GIB GiB that bench/fuseread serves from memory. Writes loaders.jsonl under $OUT, and
+# FUSEREAD_GIB GiB that bench/fuseread serves from memory (CEILING), and load_file of the
+# checkpoint it serves from memory through the page cache (LOADFILE_CEILING). Writes loaders.jsonl under $OUT, and
 # where.txt: for the preads and load_file of each variant, the daemon's mean time per FUSE read
 # (handler_ms: until its bytes were found; reply_ms: until the reply was written) and per GET.
 set -euo pipefail
@@ -78,7 +79,7 @@ run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$C
 run tmpfs loadfile --path $CKPT --local $CKPT
 # The FUSE ceiling: the same preads of a file go-fuse serves from memory (bench/fuseread), with
 # 1 MiB and 4 MiB requests: what any FUSE filesystem reaches on this machine.
-# CEILING=0 leaves it out.
+# CEILING=0 leaves them out.
 FR=/mnt/fuseread; mkdir -p $FR
 [ "${CEILING:-1}" = 1 ] || FUSEREAD_MIBS=
 
@@ -91,6 +92,16 @@ for mr in ${FUSEREAD_MIBS-1 4}; do
   run "fuse-ceiling-${mr}m" preads --path $FR/f --local pattern --threads "$THREADS" --chunk-mib "$CHUNK"
   kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
 done
+# load_file's ceiling: the checkpoint served from memory through the page cache (4 MiB
+# requests), what a mapping's reader reaches through any FUSE filesystem here; LOADFILE_CEILING=0
+# leaves it out.
+if [ "${LOADFILE_CEILING:-1}" = 1 ]; then
+  "$BIN/fuseread" --file "$CKPT" --page-cache --max-read $((4 << 20)) $FR 2> "$OUT/fuseread-loadfile.log" &
+  FRPID=$!
+  for _ in $(seq 300); do [ -e $FR/f ] && break; sleep 0.1; done
+  drop_page_cache; run fuse-ceiling loadfile --path $FR/f --local $CKPT
+  kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
+fi
 echo "$OLD_PAGES" > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
 for v in $VARIANTS; do
   name=${v%%=*}; rest=${v#*=}; build=${rest%%:*}; flags=${rest#*:}; flags=${flags//,/ }

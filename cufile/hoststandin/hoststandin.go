@@ -262,9 +262,10 @@ func (h *hostStandin) NewStager(device int, cfg cufile.StagerConfig) (cufile.Sta
 	return staging.New(&hostDevice{copyDelay: h.copyDelay}, cfg)
 }
 
-// NewDevice is the stand-in's device, for a stager made with staging.New
-// by a test that watches its copies (a Device wrapping it).
-func NewDevice() staging.Device { return &hostDevice{} }
+// NewDevice is the stand-in's device, each copy taking copyDelay more,
+// for a stager made with staging.New by a test that watches its copies (a
+// Device wrapping it).
+func NewDevice(copyDelay time.Duration) staging.Device { return &hostDevice{copyDelay: copyDelay} }
 
 // hostAllocation is a shared mapping of a stand-in file.
 type hostAllocation struct {

@@ -60,3 +60,11 @@ func SetGrowth(chunk int, pause time.Duration) (restore func()) {
 
 // GrowPause is how long the ring waits before it tries to grow again.
 func GrowPause() time.Duration { return growPause }
+
+// SetMaxTwins sets how many twins a stager may make, and returns what puts
+// it back.
+func SetMaxTwins(n int) (restore func()) {
+	old := maxTwins
+	maxTwins = n
+	return func() { maxTwins = old }
+}

@@ -130,12 +130,16 @@ type twin struct {
 	mem   cufile.Allocation
 	fence uintptr // recorded after its last device-to-device copy
 	busy  bool    // copies from it enqueued; free again once fence is done
+	// claimed: taken for copies whose fence is not recorded yet, so that
+	// the fence's last recording, done, says nothing of them.
+	claimed bool
 }
 
 // maxTwins bounds a device's twins: a twin is busy only from its
 // host-to-device copy until its copies out, a few slots' copy times, so a
-// few per copy stream serve; beyond them copies go from the slot.
-const maxTwins = 32
+// few per copy stream serve; beyond them copies go from the slot. A
+// variable for tests.
+var maxTwins = 32
 
 // New makes a stager of dev's slot ring and copy streams, sized by cfg;
 // it pins the ring's first chunk now and the rest as GETs need slots.
@@ -890,10 +894,11 @@ func (c *copier) copyThroughTwin(slot *ringSlot, pieces []cufile.SlotCopy, errs 
 		// Nothing known to be enqueued after a failure there: the stream
 		// is drained, and the caller copies from the slot.
 		_ = s.dev.Run(func() error { return s.dev.SyncStream(c.stream.handle) })
-		s.putTwin(tw)
+		s.putTwin(tw, false)
 		clear(errs)
 		return false
 	}
+	s.putTwin(tw, true)
 	return true
 }
 
@@ -903,20 +908,24 @@ func (s *stager) takeTwin() *twin {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, tw := range s.twins {
+		if tw.claimed {
+			continue
+		}
 		if !tw.busy {
-			tw.busy = true
+			tw.busy, tw.claimed = true, true
 			return tw
 		}
 		// A failed copy out of it was its destination's failure, reported
 		// to its copier: the twin is free all the same.
 		if done, _ := s.fenceDone(tw.fence); done {
-			return tw // stays busy: taken again
+			tw.claimed = true // stays busy: taken again
+			return tw
 		}
 	}
 	if s.noTwins || len(s.twins) >= maxTwins {
 		return nil
 	}
-	tw := &twin{busy: true}
+	tw := &twin{busy: true, claimed: true}
 	err := s.dev.Run(func() error {
 		fence, err := s.dev.NewFence()
 		if err != nil {
@@ -936,10 +945,11 @@ func (s *stager) takeTwin() *twin {
 	return tw
 }
 
-// putTwin gives back a twin taken for copies that were not enqueued.
-func (s *stager) putTwin(tw *twin) {
+// putTwin ends a twin's claim: with copies enqueued and its fence recorded
+// after them (busy until the fence is done), or with none.
+func (s *stager) putTwin(tw *twin, enqueued bool) {
 	s.mu.Lock()
-	tw.busy = false
+	tw.busy, tw.claimed = enqueued, false
 	s.mu.Unlock()
 }
 

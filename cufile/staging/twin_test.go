@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/s3gdsfs/s3gdsfs/cufile"
 	"github.com/s3gdsfs/s3gdsfs/cufile/hoststandin"
@@ -22,10 +25,14 @@ type linkCounter struct {
 	staging.Device
 	hostBytes, deviceCopies atomic.Int64
 	noDeviceMemory          bool
+	// enqueueDelay slows each enqueue of a copy from a slot, as a busy
+	// driver would: other copiers act meanwhile.
+	enqueueDelay time.Duration
 }
 
 func (d *linkCounter) CopyAsync(stream, fence uintptr, src []byte, dst cufile.Allocation, dstOff uint64, fault func(error)) error {
 	d.hostBytes.Add(int64(len(src)))
+	time.Sleep(d.enqueueDelay)
 	return d.Device.CopyAsync(stream, fence, src, dst, dstOff, fault)
 }
 
@@ -63,7 +70,7 @@ func TestSlotForSeveralDestinationsCrossesTheLinkOnce(t *testing.T) {
 		if err := os.Truncate(filepath.Join(dir, "bad"), 0); err != nil {
 			t.Fatal(err)
 		}
-		dev := &linkCounter{Device: hoststandin.NewDevice(), noDeviceMemory: noMem}
+		dev := &linkCounter{Device: hoststandin.NewDevice(0), noDeviceMemory: noMem}
 		st, err := staging.New(dev, cufile.StagerConfig{SlotSize: slotSize, Slots: 2, Streams: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -128,5 +135,82 @@ func TestSlotForSeveralDestinationsCrossesTheLinkOnce(t *testing.T) {
 		if host != 3*slotSize || dtod != 3*4 {
 			t.Errorf("%d bytes over the link and %d device copies, want %d (one slot a round) and 12", host, dtod, 3*slotSize)
 		}
+	}
+}
+
+// Copiers on several streams taking a few twins in turn each land their
+// own bytes: a twin is never handed to a second copier while its first
+// copies are still being enqueued or are under way.
+func TestTwinsTakenInTurnKeepEachCopiersBytes(t *testing.T) {
+	t.Cleanup(staging.SetMaxTwins(2))
+	b, dir := standin(t)
+	const slotSize, copiers, rounds = 1024, 6, 30
+	dsts := make([][2]cufile.Allocation, copiers)
+	for i := range copiers {
+		for j := range 2 {
+			name := string(rune('a'+i)) + string(rune('0'+j))
+			cufiletest.StandinFile(t, dir, name, slotSize, 0)
+			a, err := b.Import(0, cufiletest.NameHandle(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close() })
+			dsts[i][j] = a
+		}
+	}
+	dev := &linkCounter{Device: hoststandin.NewDevice(50 * time.Microsecond), enqueueDelay: 200 * time.Microsecond}
+	st, err := staging.New(dev, cufile.StagerConfig{SlotSize: slotSize, Slots: 2 * copiers, Streams: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, copiers)
+	for i := range copiers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := st.NewCopier()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			for round := range rounds {
+				data := cufiletest.Pattern(slotSize, uint64(i*1000+round))
+				slot, err := c.AcquireSlot(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				copy(slot.Buf, data)
+				for _, err := range c.CopyAsyncMany(slot, []cufile.SlotCopy{
+					{Off: 0, N: slotSize, Dst: dsts[i][0]}, {Off: 0, N: slotSize, Dst: dsts[i][1]}}) {
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				if err := c.Sync(); err != nil {
+					errs <- err
+					return
+				}
+				for j := range 2 {
+					got, err := os.ReadFile(filepath.Join(dir, string(rune('a'+i))+string(rune('0'+j))))
+					if err != nil || !bytes.Equal(got, data) {
+						errs <- fmt.Errorf("copier %d round %d: destination %d has another copier's bytes (%v)", i, round, j, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if dtod := dev.deviceCopies.Load(); dtod == 0 {
+		t.Fatal("no copy went through a twin")
 	}
 }

@@ -216,3 +216,68 @@ func TestRandomLargeReadsGetWhatTheyRead(t *testing.T) {
 		t.Errorf("%v bytes spliced, want every read's", spliced)
 	}
 }
+
+// A stream that reads on past its feed's end shows that the range it was
+// given (the chunk the last overtaken stream had read) was short: each
+// next feed's range is twice the last, up to streamRange.
+func TestStreamReadingOnDoublesItsRange(t *testing.T) {
+	const size = 48 << 20
+	data, f, h := splicedObject(t, size, 15, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	h.spliced.fit.Store(4 << 20) // as if a stream of 4 MiB had been overtaken
+	for off := int64(8 << 20); off < 40<<20; off += 1 << 20 {
+		b, err := readReply(t, h, off, 1<<20)
+		if err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
+			t.Fatalf("read at %d: %v, or not the object's bytes", off, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8-12, 12-20, 20-36 MiB, then 36 MiB on with a range of 32.
+	if gets := snap["splice_stream_gets_total"].(float64); gets != 4 {
+		t.Errorf("%v stream GETs for 32 MiB read on from a 4 MiB range, want 4", gets)
+	}
+	if fit := h.spliced.fit.Load(); fit != 32<<20 {
+		t.Errorf("the next feed's range is %d MiB, want 32", fit>>20)
+	}
+}
+
+// A handle has at most maxStreamFeeds stream feeds: the next stream's
+// read, while every feed is in use (its reply still being written), is
+// served by the blocks, right.
+func TestStreamFeedsAreBounded(t *testing.T) {
+	const size = (2*maxStreamFeeds + 4) << 20
+	data, f, h := splicedObject(t, size, 16, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	var out []*PipeReply
+	for i := int64(1); i <= maxStreamFeeds; i++ {
+		off := 2 * i << 20
+		r, err := h.Read(context.Background(), off, 1<<20)
+		if err != nil || r.Pipe == nil {
+			t.Fatalf("read at %d MiB: %v, or not spliced", 2*i, err)
+		}
+		out = append(out, r.Pipe)
+	}
+	off := int64(2*maxStreamFeeds+2) << 20
+	b, err := readReply(t, h, off, 1<<20)
+	if err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
+		t.Fatalf("the read past the bound: %v, or not the object's bytes", err)
+	}
+	for i, p := range out {
+		at := int64(2*(i+1)) << 20
+		if got := takeFromPipe(t, p.FD, p.N); !bytes.Equal(got, data[at:at+1<<20]) {
+			t.Fatalf("stream at %d MiB: not the object's bytes", 2*(i+1))
+		}
+		p.Done()
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gets := snap["splice_stream_gets_total"].(float64); gets != maxStreamFeeds {
+		t.Errorf("%v stream GETs, want %d", gets, maxStreamFeeds)
+	}
+	if refused := fmt.Sprint(snap["splice_ends_total"]); refused != "map[refused:1]" {
+		t.Errorf("splice ends %s, want the stream past the bound refused", refused)
+	}
+}

@@ -17,14 +17,16 @@ func mountTrials(ctx context.Context, cfg config, t target, sets objectSets, wor
 		Description: "1 reader, 1 MiB reads of " + set.Large.Key}
 	four := &measurement{Target: t.name, Test: "four", Bytes: set.mediumBytes(),
 		Description: "4 concurrent readers, one medium file each, 1 MiB reads"}
-	all := []*measurement{single, four}
+	preads := &measurement{Target: t.name, Test: "preads", Bytes: set.Large.Size,
+		Description: fmt.Sprintf("%d threads of %d MiB preads of %s on one descriptor", preadThreads, preadChunk>>20, set.Large.Key)}
+	all := []*measurement{single, four, preads}
 	fail := func(err error) ([]*trial, func(context.Context)) {
 		for _, m := range all {
 			if m.Error == "" {
 				m.Error = err.Error()
 			}
 		}
-		return []*trial{newTrial(cfg, single, hooks{}, nil), newTrial(cfg, four, hooks{}, nil)}, func(context.Context) {}
+		return []*trial{newTrial(cfg, single, hooks{}, nil), newTrial(cfg, four, hooks{}, nil), newTrial(cfg, preads, hooks{}, nil)}, func(context.Context) {}
 	}
 
 	mountpoint := filepath.Join(workdir, "mnt-"+t.name)
@@ -116,6 +118,18 @@ func mountTrials(ctx context.Context, cfg config, t target, sets objectSets, wor
 				jobs = append(jobs, func(ctx context.Context) (int64, error) { return readFile(ctx, o) })
 			}
 			return parallel(ctx, len(jobs), eachTimed(four, jobs))
+		}),
+		newTrial(cfg, preads, h, func(ctx context.Context, run int) (int64, error) {
+			if current == nil {
+				return 0, fmt.Errorf("not mounted")
+			}
+			large := sets.forRun(run).Large
+			f, err := os.Open(current.path(large))
+			if err != nil {
+				return 0, err
+			}
+			defer f.Close()
+			return parallel(ctx, preadThreads, preadJobs(large, f))
 		}),
 	}
 	done = func(ctx context.Context) {

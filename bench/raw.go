@@ -53,6 +53,18 @@ func rawTrials(cfg config, srv *testenv.Server, sets objectSets, h hooks) (trial
 		return parallel(ctx, rangeWorkers, jobs)
 	}))
 
+	preads := &measurement{Target: "raw", Test: "preads", Bytes: set.Large.Size,
+		Description: fmt.Sprintf("minio-go, %s in %d MiB ranges, %d workers", set.Large.Key, preadChunk>>20, preadThreads)}
+	trials = append(trials, newTrial(cfg, preads, h, func(ctx context.Context, run int) (int64, error) {
+		large := sets.forRun(run).Large
+		var jobs []func(context.Context) (int64, error)
+		for off := int64(0); off < large.Size; off += preadChunk {
+			end := min(off+preadChunk, large.Size)
+			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, large, off, end) })
+		}
+		return parallel(ctx, preadThreads, jobs)
+	}))
+
 	four := &measurement{Target: "raw", Test: "four", Bytes: set.mediumBytes(),
 		Description: "minio-go, 4 workers, one medium object each"}
 	trials = append(trials, newTrial(cfg, four, h, func(ctx context.Context, run int) (int64, error) {
@@ -72,7 +84,7 @@ func rawTrials(cfg config, srv *testenv.Server, sets objectSets, h hooks) (trial
 				break
 			}
 		}
-		markVerified([]*measurement{single, ranges, four}, verifyErr)
+		markVerified([]*measurement{single, ranges, preads, four}, verifyErr)
 	}
 	return trials, verify
 }

@@ -81,6 +81,7 @@ func (r *report) computeRatios() {
 		r.ratioOf("s3gdsfs single / raw single stream", "s3gdsfs single", r.find("s3gdsfs", "single"), "raw single", r.find("raw", "single"), 0.8),
 		r.ratioOf("s3gdsfs single / better peer single", "s3gdsfs single", r.find("s3gdsfs", "single"), "rclone or s3fs single", r.betterPeerSingle(), 2.5),
 		r.ratioOf("s3gdsfs 4 readers / raw 4 workers", "s3gdsfs four", r.find("s3gdsfs", "four"), "raw four", r.find("raw", "four"), 0.8),
+		r.ratioOf("s3gdsfs 16 preading threads / raw 16 workers", "s3gdsfs preads", r.find("s3gdsfs", "preads"), "raw preads", r.find("raw", "preads"), 0.8),
 	}
 }
 

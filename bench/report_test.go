@@ -17,15 +17,18 @@ func TestGoalsListEachRunsPairedRatio(t *testing.T) {
 		{Target: "raw", Test: "four", GBps: []float64{4.0, 4.0, 4.0}},
 		{Target: "s3gdsfs", Test: "four", GBps: []float64{3.0, 3.6}}, // a run short
 		{Target: "s3fs", Test: "single", GBps: []float64{0.5, 1.0, 0.8}},
+		{Target: "raw", Test: "preads", GBps: []float64{5.0, 4.0, 5.0}},
+		{Target: "s3gdsfs", Test: "preads", GBps: []float64{4.0, 4.0, 4.5}},
 	}}
 	for _, m := range r.Measurements {
 		(&trial{m: m}).finish()
 	}
 	r.computeRatios()
 	want := map[string][]float64{
-		"s3gdsfs single / raw single stream":  {0.7, 0.9, 0.8},
-		"s3gdsfs single / better peer single": {4.2, 1.8, 2.5},
-		"s3gdsfs 4 readers / raw 4 workers":   nil,
+		"s3gdsfs single / raw single stream":           {0.7, 0.9, 0.8},
+		"s3gdsfs single / better peer single":          {4.2, 1.8, 2.5},
+		"s3gdsfs 4 readers / raw 4 workers":            nil,
+		"s3gdsfs 16 preading threads / raw 16 workers": {0.8, 1.0, 0.9},
 	}
 	for _, q := range r.Ratios {
 		w, ok := want[q.Name]

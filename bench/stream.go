@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"sync"
 	"time"
 )
@@ -95,4 +96,34 @@ feed:
 		firstErr = ctx.Err()
 	}
 	return total, firstErr
+}
+
+// The shape of parallel loaders' reads of one large file (and of cuFile's
+// compatibility mode): threads that each take the next chunk and read it
+// with one pread, on one descriptor.
+const (
+	preadThreads = 16
+	preadChunk   = 64 << 20
+)
+
+// preadBuffers holds the chunks' buffers between jobs.
+var preadBuffers = sync.Pool{New: func() any { b := make([]byte, preadChunk); return &b }}
+
+// preadJobs reads o through f in chunks of preadChunk, one pread each
+// (ReadAt loops where the kernel returns less), every chunk spot-checked.
+func preadJobs(o object, f *os.File) []func(context.Context) (int64, error) {
+	var jobs []func(context.Context) (int64, error)
+	for off := int64(0); off < o.Size; off += preadChunk {
+		jobs = append(jobs, func(ctx context.Context) (int64, error) {
+			bp := preadBuffers.Get().(*[]byte)
+			defer preadBuffers.Put(bp)
+			buf := (*bp)[:min(preadChunk, o.Size-off)]
+			n, err := f.ReadAt(buf, off)
+			if err != nil && !(errors.Is(err, io.EOF) && n == len(buf)) {
+				return int64(n), err
+			}
+			return int64(n), spotCheck(o, off, buf[:n])
+		})
+	}
+	return jobs
 }

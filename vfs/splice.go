@@ -148,6 +148,9 @@ type splicer struct {
 	// its feed's end; doneAt is where the last feed that was read to its
 	// end ended.
 	fit, doneAt atomic.Int64
+	// streamFailed: a stream feed's GET failed in its body; the handle's
+	// streams are left to the blocks, whose GETs are retried.
+	streamFailed atomic.Bool
 }
 
 // read serves [off, off+n) from one of the handle's spliced GETs, starting

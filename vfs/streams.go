@@ -38,7 +38,7 @@ const maxStreamFeeds = 32
 
 // stream returns the stream feed whose reader reads at off next, or one
 // started there for a read of n bytes: nil where the read does not look
-// like a stream's first, the blocks hold off's block already (no second
+// like a stream's first, a stream feed of the handle failed before, the blocks hold off's block already (no second
 // GET of bytes they have or are fetching), another handle of the version
 // reads, or the handle has maxStreamFeeds feeds that are all in use.
 func (s *splicer) stream(off int64, n int) *spliceFeed {
@@ -58,7 +58,7 @@ func (s *splicer) stream(off int64, n int) *spliceFeed {
 	for int64(n) > largest && !h.f.largestRead.CompareAndSwap(largest, int64(n)) {
 		largest = h.f.largestRead.Load()
 	}
-	if n < minStreamRead || int64(n) < largest {
+	if n < minStreamRead || int64(n) < largest || s.streamFailed.Load() {
 		return nil
 	}
 	if h.f.fetch.missingRun(h.obj, off/int64(h.f.cfg.BlockSize), off/int64(h.f.cfg.BlockSize)+1) == 0 {
@@ -156,7 +156,7 @@ func (s *splicer) drop(feed *spliceFeed) {
 // left before its range's end had served what the handle's next feed is
 // sized to (the chunk a loader's thread reads before another takes over),
 // and where one read to its end ended is where a reader that reads on
-// shows its range was short.
+// shows its range was short. After a failed one the handle starts no more.
 func (s *splicer) streamEnded(feed *spliceFeed, why string) {
 	served := feed.next.Load() - feed.start
 	switch {
@@ -164,6 +164,8 @@ func (s *splicer) streamEnded(feed *spliceFeed, why string) {
 		s.fit.Store(served)
 	case why == spliceDone:
 		s.doneAt.Store(feed.end)
+	case why == spliceError:
+		s.streamFailed.Store(true)
 	}
 	s.drop(feed)
 }

@@ -281,3 +281,32 @@ func TestStreamFeedsAreBounded(t *testing.T) {
 		t.Errorf("splice ends %s, want the stream past the bound refused", refused)
 	}
 }
+
+// A stream feed whose GET is cut mid-body hands its reader to the blocks
+// at once, which fetch from where it stood, and the handle starts no more
+// feeds (the blocks' GETs are retried): every byte right, the feed counted
+// as ended by an error.
+func TestStreamFeedCutMidBodyFallsBackToBlocks(t *testing.T) {
+	const size = 32 << 20
+	ms := newMemStore()
+	data := randomBytes(size, 17)
+	ms.put("b", "obj", data, "e1")
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t, cutAt: 3<<20 + 5}, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	h := openSpliced(t, f, "obj")
+	for off := int64(8 << 20); off < 24<<20; off += 1 << 20 {
+		b, err := readReply(t, h, off, 1<<20)
+		if err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
+			t.Fatalf("read at %d MiB: %v, or not the object's bytes", off>>20, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[error:1]" {
+		t.Errorf("splice ends %s, want the cut feed's error", ends)
+	}
+	if spliced := snap["splice_bytes_total"].(float64); spliced != 3<<20 {
+		t.Errorf("%v bytes spliced, want the 3 MiB before the cut", spliced)
+	}
+}

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -455,4 +458,68 @@ func TestSplicedReaderFacingAStoppedServerFailsWithinTheDocumentedBound(t *testi
 		}
 	}
 	wantMetric(t, d, "splice_ends_total", "map[error:1]", "the stalled spliced GET ends in an error")
+}
+
+// Threads that each pread chunks of one file, as parallel loaders do, are
+// each fed from a spliced ranged GET of their own stream through a real
+// mount: every byte right, almost all of them spliced, about one GET per
+// chunk, and the object's bytes received once, but for what feeds given up
+// early had taken ahead.
+func TestParallelPreadsAreSplicedStreamByStream(t *testing.T) {
+	srv := testenv.Start(t)
+	srv.CreateBucket(t, "data")
+	const size, chunk, threads = 256 << 20, 16 << 20, 8
+	sum := srv.PutRandomObject(t, "data", "big.bin", size, 83)
+	mp, d := spliceMount(t, srv, "data", nil)
+	f, err := os.Open(filepath.Join(mp, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dst := make([]byte, size)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, threads)
+	for range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				off := next.Add(chunk) - chunk
+				if off >= size {
+					return
+				}
+				if n, err := f.ReadAt(dst[off:off+chunk], off); n != chunk {
+					errs <- fmt.Errorf("pread of %d bytes at %d: %d bytes, %v", chunk, off, n, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := sha256.Sum256(dst); hex.EncodeToString(got[:]) != sum {
+		t.Fatalf("%d threads' preads: sha256 %x, want %s", threads, got, sum)
+	}
+	spliced := metricSum(t, d, "splice_bytes_total")
+	gets := metricSum(t, d, "splice_stream_gets_total")
+	received := metricSum(t, d, "s3_received_bytes_total")
+	t.Logf("%v bytes spliced, %v stream GETs, %v bytes received for %d; ends %s, requests %s, ahead %s, misses %s", spliced, gets, received, size, metric(t, d, "splice_ends_total"), metric(t, d, "s3_requests_total"), metric(t, d, "splice_ahead_bytes_total"), metric(t, d, "block_cache_misses_total"))
+	if spliced < size*9/10 {
+		t.Errorf("%v of %d bytes spliced: want nearly all", spliced, size)
+	}
+	if chunks := float64(size / chunk); gets < chunks/2 || gets > chunks+4 {
+		t.Errorf("%v stream GETs for %v chunks", gets, chunks)
+	}
+	// What is received beyond the object is what feeds not read to their
+	// range's end (given up, or still open) had spliced ahead of their
+	// reader: at most one reply's worth (4 MiB) each, the spare pipe's
+	// (mounts that poll).
+	notDone := gets + 1 - metricAt(t, d, "splice_ends_total", "done") // the whole-object GET too
+	if extra := received - size; extra > notDone*(4<<20) {
+		t.Errorf("%v bytes received for a %d-byte object: %v beyond it, more than a reply for each of %v feeds not read to their end", received, size, extra, notDone)
+	}
 }

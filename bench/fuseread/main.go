@@ -4,10 +4,12 @@
 // with requests of up to --max-read bytes. Whatever readers reach through it is the most they
 // can reach through any FUSE filesystem on that machine (docs/benchmarks.md); its byte at
 // offset i is byte(i*7), or with --file the bytes of that file (a checkpoint, for loaders that
-// parse what they read). With --page-cache its opens go through the kernel's page cache rather
-// than direct I/O: the ceiling of readers of a mapping (safetensors.torch.load_file).
+// parse what they read). As s3gdsfs's large files, f may be mapped although opened with direct
+// I/O (kernel 6.6 and later), a mapping's faults then reaching it through the page cache, in
+// requests as large as the mount's kernel readahead (--read-ahead, as root): the ceiling of
+// readers of a mapping (safetensors.torch.load_file).
 //
-//	fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--page-cache] MOUNTPOINT
+//	fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--read-ahead BYTES] MOUNTPOINT
 //
 // It serves until SIGINT or SIGTERM. Above 1 MiB, --max-read needs fs.fuse.max_pages_limit
 // raised (as root: sysctl fs.fuse.max_pages_limit=N pages).
@@ -16,9 +18,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -27,10 +31,9 @@ import (
 )
 
 var (
-	data      []byte
-	memfd     int
-	mode      string
-	pageCache bool
+	data  []byte
+	memfd int
+	mode  string
 )
 
 type root struct{ fs.Inode }
@@ -49,9 +52,6 @@ func (f *file) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 }
 
 func (f *file) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if pageCache {
-		return nil, fuse.FOPEN_KEEP_CACHE, 0
-	}
 	return nil, fuse.FOPEN_DIRECT_IO, 0
 }
 
@@ -71,10 +71,10 @@ func main() {
 	flag.StringVar(&mode, "mode", "writev", "writev or splice")
 	maxRead := flag.Int("max-read", 1<<20, "")
 	from := flag.String("file", "", "serve this file's bytes instead of the pattern")
-	flag.BoolVar(&pageCache, "page-cache", false, "open through the kernel's page cache, not direct I/O")
+	readAhead := flag.Int64("read-ahead", 0, "the mount's kernel readahead in bytes (0: the kernel's)")
 	flag.Parse()
 	if flag.NArg() != 1 || *size <= 0 || (mode != "writev" && mode != "splice") {
-		log.Fatal("usage: fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--page-cache] MOUNTPOINT")
+		log.Fatal("usage: fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--read-ahead BYTES] MOUNTPOINT")
 	}
 	var err error
 	if *from != "" {
@@ -94,12 +94,25 @@ func main() {
 	if _, err := unix.Pwrite(memfd, data, 0); err != nil {
 		log.Fatal(err)
 	}
-	opts := &fs.Options{MountOptions: fuse.MountOptions{MaxWrite: *maxRead, MaxReadAhead: *maxRead, DirectMount: true, MaxBackground: 64}}
+	opts := &fs.Options{MountOptions: fuse.MountOptions{MaxWrite: *maxRead, MaxReadAhead: *maxRead, DirectMount: true, MaxBackground: 64,
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP}}
 	srv, err := fs.Mount(flag.Arg(0), &root{}, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("serving %s/f: %d bytes, replies by %s, reads of up to %d bytes, page cache %v", flag.Arg(0), len(data), mode, *maxRead, pageCache)
+	if *readAhead > 0 {
+		// As s3gdsfs does: the mount's backing device in sysfs takes what
+		// FUSE caps at mount time.
+		var st unix.Stat_t
+		if err := unix.Stat(flag.Arg(0), &st); err != nil {
+			log.Fatal(err)
+		}
+		ra := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+		if err := os.WriteFile(ra, []byte(strconv.FormatInt(*readAhead>>10, 10)), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	log.Printf("serving %s/f: %d bytes, replies by %s, reads of up to %d bytes, kernel readahead %d", flag.Arg(0), len(data), mode, *maxRead, *readAhead)
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
 	go func() { <-c; srv.Unmount() }()

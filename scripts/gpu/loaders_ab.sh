@@ -10,7 +10,7 @@
 # commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
 # (--pprof), written to $OUT/NAME.pprof. The FUSE ceiling first: the same preads of a file of
 # FUSEREAD_GIB GiB that bench/fuseread serves from memory (CEILING), and load_file of the
-# checkpoint it serves from memory through the page cache (LOADFILE_CEILING). Writes loaders.jsonl under $OUT, and
+# checkpoint it serves from memory, mapped (LOADFILE_CEILING). Writes loaders.jsonl under $OUT, and
 # where.txt: for the preads and load_file of each variant, the daemon's mean time per FUSE read
 # (handler_ms: until its bytes were found; reply_ms: until the reply was written) and per GET.
 set -euo pipefail
@@ -92,11 +92,11 @@ for mr in ${FUSEREAD_MIBS-1 4}; do
   run "fuse-ceiling-${mr}m" preads --path $FR/f --local pattern --threads "$THREADS" --chunk-mib "$CHUNK"
   kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
 done
-# load_file's ceiling: the checkpoint served from memory through the page cache (4 MiB
-# requests), what a mapping's reader reaches through any FUSE filesystem here; LOADFILE_CEILING=0
-# leaves it out.
+# load_file's ceiling: the checkpoint served from memory (spliced from a memfd, 4 MiB requests,
+# 1 MiB of kernel readahead, a mapping of a direct-I/O file as the mount's), what a mapping's
+# reader reaches through any FUSE filesystem here; LOADFILE_CEILING=0 leaves it out.
 if [ "${LOADFILE_CEILING:-1}" = 1 ]; then
-  "$BIN/fuseread" --file "$CKPT" --page-cache --max-read $((4 << 20)) $FR 2> "$OUT/fuseread-loadfile.log" &
+  "$BIN/fuseread" --file "$CKPT" --mode splice --read-ahead $((1 << 20)) --max-read $((4 << 20)) $FR 2> "$OUT/fuseread-loadfile.log" &
   FRPID=$!
   for _ in $(seq 300); do [ -e $FR/f ] && break; sleep 0.1; done
   drop_page_cache; run fuse-ceiling loadfile --path $FR/f --local $CKPT

@@ -161,9 +161,11 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 	size := h.obj.version.Size
 	streams := h.f.cfg.SpliceStreams
 	if feed := s.feed.Load(); feed != nil {
-		// With stream feeds a read elsewhere is another stream's, and the
-		// whole-object GET waits for its own reader; without, it ends there.
-		if !streams || feed.next.Load() == off {
+		// With stream feeds a direct read elsewhere is another stream's,
+		// and the whole-object GET waits for its own reader; without them,
+		// or for the page cache's reads (its readahead out of order), it
+		// ends there.
+		if !streams || cached || feed.next.Load() == off {
 			return s.serve(ctx, feed, off, n)
 		}
 	} else if off == 0 && n > 0 && size > 0 && h.st.trySplice(h) {

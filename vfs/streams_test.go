@@ -310,3 +310,43 @@ func TestStreamFeedCutMidBodyFallsBackToBlocks(t *testing.T) {
 		t.Errorf("%v bytes spliced, want the 3 MiB before the cut", spliced)
 	}
 }
+
+// The page cache's reads are no stream's: with stream feeds on, one
+// elsewhere than where the whole-object GET stands ends that GET, as
+// without them, and the blocks serve it, right.
+func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
+	const size = 16 << 20
+	data, f, h := splicedObject(t, size, 18, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	for _, off := range []int64{0, 1 << 20, 5 << 20} {
+		r, err := h.ReadPageCache(context.Background(), off, 1<<20)
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		var b []byte
+		switch {
+		case r.Pipe != nil:
+			b = takeFromPipe(t, r.Pipe.FD, r.Pipe.N)
+			r.Pipe.Done()
+		case r.Data != nil:
+			b = r.Data
+		default:
+			for _, v := range r.Views {
+				b = append(b, v...)
+			}
+			r.Release()
+		}
+		if !bytes.Equal(b, data[off:off+1<<20]) {
+			t.Fatalf("read at %d: not the object's bytes", off)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
+		t.Errorf("splice ends %s, want the whole-object GET left at the read elsewhere", ends)
+	}
+	if gets := snap["splice_stream_gets_total"].(float64); gets != 0 {
+		t.Errorf("%v stream GETs for the page cache's reads", gets)
+	}
+}

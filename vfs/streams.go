@@ -1,6 +1,9 @@
 package vfs
 
-import "time"
+import (
+	"os"
+	"time"
+)
 
 // Stream feeds (Config.SpliceStreams): the splicer's ranged GETs, one for
 // each run of in-order direct-I/O reads elsewhere in an object than its
@@ -53,12 +56,13 @@ func (s *splicer) stream(off int64, n int) *spliceFeed {
 	s.mu.Unlock()
 	// A stream starts with a large read that the kernel split into reads
 	// of its largest size, one after another: a smaller first read is a
-	// whole one.
+	// whole one. Within a page of it: the first read into a buffer that
+	// does not start on a page is short by the part of its first page.
 	largest := h.f.largestRead.Load()
 	for int64(n) > largest && !h.f.largestRead.CompareAndSwap(largest, int64(n)) {
 		largest = h.f.largestRead.Load()
 	}
-	if n < minStreamRead || int64(n) < largest || s.streamFailed.Load() {
+	if n < minStreamRead || int64(n)+int64(os.Getpagesize()) <= largest || s.streamFailed.Load() {
 		return nil
 	}
 	if h.f.fetch.missingRun(h.obj, off/int64(h.f.cfg.BlockSize), off/int64(h.f.cfg.BlockSize)+1) == 0 {

@@ -350,3 +350,41 @@ func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
 		t.Errorf("%v stream GETs for the page cache's reads", gets)
 	}
 }
+
+// A pread into a buffer that does not start on a page reaches the daemon
+// as a first read short of the largest by less than a page, then reads of
+// the largest size: it is a stream's start all the same. A read shorter
+// by a page or more is a whole read, served by the blocks.
+func TestStreamStartsAtAReadShortOfTheLargestByPartOfAPage(t *testing.T) {
+	const size = 32 << 20
+	data, f, h := splicedObject(t, size, 19, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	const largest = 2 << 20
+	reads := []struct {
+		off int64
+		n   int
+	}{
+		{16 << 20, largest},          // the largest read: a stream
+		{4 << 20, largest - 16},      // short of it by part of a page: a stream
+		{24 << 20, largest - 8192},   // short by two pages: a whole read
+		{4<<20 + largest - 16, 1024}, // the second stream's next read, small, goes on in its feed
+	}
+	for _, r := range reads {
+		b, err := readReply(t, h, r.off, r.n)
+		if err != nil || !bytes.Equal(b, data[r.off:r.off+int64(r.n)]) {
+			t.Fatalf("read of %d at %d: %v, or not the object's bytes", r.n, r.off, err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gets := snap["splice_stream_gets_total"].(float64); gets != 2 {
+		t.Errorf("%v stream GETs, want 2", gets)
+	}
+	// A reply whose bytes the socket brought in small buffers is copied
+	// from the socket, still the feed's.
+	spliced, copied := snap["splice_bytes_total"].(float64), snap["splice_small_buffer_bytes_total"].(float64)
+	if spliced+copied != float64(2*largest-16+1024) {
+		t.Errorf("%v bytes spliced and %v copied from sockets, want %d", spliced, copied, 2*largest-16+1024)
+	}
+}

@@ -8,6 +8,8 @@
   models.py kvikio --path P --local L                  kvikio.CuFile(path).pread at its defaults
   models.py gds --path P --local L                     torch.cuda.gds.GdsFile(path).load_storage
   models.py pretrained --path DIR --local DIR          transformers' from_pretrained(device_map="cuda")
+  models.py remote --path s3://BUCKET/KEY --local L --endpoint URL
+                                                       kvikio.RemoteFile from S3 (a peer), into device memory
   models.py genmodel --out DIR --gb N --shards S       a Llama-shaped model directory of about N GB
 
 Each prints one JSON line: the figure (GB/s of the file's bytes, the wall time of the reads alone)
@@ -263,6 +265,26 @@ def pretrained(a):
     emit("from_pretrained", a, secs, ok, device_map=bool(kw))
 
 
+def remote(a):
+    """kvikio's RemoteFile.open_s3 read of the object straight into device memory, at kvikio's
+    defaults: a peer that reads S3 without the mount."""
+    import cupy
+    import kvikio
+    import torch
+    bucket, _, key = a.path.removeprefix("s3://").partition("/")
+    n = os.path.getsize(a.local)
+    dst = cupy.empty(n, dtype=cupy.uint8)
+    f = kvikio.RemoteFile.open_s3(bucket, key, nbytes=n, aws_region_name=os.environ.get("AWS_REGION", "us-east-1"),
+                                  aws_endpoint_url=a.endpoint)
+    cupy.cuda.runtime.deviceSynchronize()
+    t0 = start_clock()
+    got = f.read(dst)
+    cupy.cuda.runtime.deviceSynchronize()
+    secs = stop_clock(t0)
+    ok = got == n and bool(torch.equal(torch.as_tensor(dst, device="cuda"), device_ref(a)))
+    emit("kvikio_remote", a, secs, ok, threads=kvikio.defaults.get("num_threads"))
+
+
 def genmodel(a):
     """A Llama-shaped model directory of about --gb GB of bf16 weights in --shards safetensors shards
     with their index, random weights, as save_pretrained writes one."""
@@ -317,7 +339,7 @@ def main():
     g.add_argument("--gb", type=float, default=6)
     g.add_argument("--shards", type=int, default=4)
     cmds = {"ioctl": ioctl, "preads": preads, "loadfile": loadfile, "load": load, "kvikio": kvikio_pread, "gds": gds,
-            "pretrained": pretrained}
+            "pretrained": pretrained, "remote": remote}
     for name in cmds:
         p = sub.add_parser(name)
         p.add_argument("--path", required=True)
@@ -326,6 +348,7 @@ def main():
         p.add_argument("--threads", type=int, default=16)
         p.add_argument("--label", help="the name the figure is printed under (default: the command's)")
         p.add_argument("--variant", help="the build or settings measured, recorded with the figure")
+        p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:7070"), help="S3 endpoint (remote)")
     a = ap.parse_args()
     if a.cmd == "genmodel":
         genmodel(a)

@@ -11,6 +11,7 @@
 #     libcufile.so.0, and
 #     in its compatibility mode (POSIX reads, no GPU path);
 #   - torch.cuda.gds.GdsFile.load_storage with the library preloaded;
+#   - a peer, kvikio.RemoteFile.open_s3 reading the object from the server into device memory;
 #   - with MODEL_GB (default 6; 0: none): a Llama-shaped model directory of that size in
 #     MODEL_SHARDS (4) shards, transformers' from_pretrained(device_map="cuda") of it from the mount
 #     and from its local copy on tmpfs;
@@ -71,6 +72,8 @@ KVIKIO_COMPAT_MODE=ON run kvikio --path $P --local $CKPT
 echo "== torch.cuda.gds.GdsFile.load_storage with the library preloaded"
 drop_page_cache
 LD_PRELOAD=$BIN/libs3gdsfs_cufile.so run gds --path $P --local $CKPT
+echo "== a peer: kvikio.RemoteFile from S3, without the mount"
+run remote --path s3://bench/ckpt.safetensors --local $CKPT --endpoint $EP
 
 if [ "${MODEL_GB:-6}" != 0 ]; then
   echo "== transformers from_pretrained of a model directory of $MODEL_GB GB: the mount, then tmpfs"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every figure of loading models on a GPU machine (docs/benchmarks.md, "Loading models"), in parts
+# that each fit one command of about ten minutes; PART picks one, and each writes under $OUT/PART:
+#   models   scripts/gpu/models.sh: an 8 GB checkpoint through every loader (s3gds.load_safetensors
+#            fresh and later, in-order GPU reads, parallel preads, load_file, kvikio, GdsFile),
+#            transformers' from_pretrained of a 6 GB model directory, the kvikio RemoteFile peer;
+#   sharded  a 32 GB checkpoint in 4 shards (SHARDED_GB, SHARDS) loaded by its index;
+#   share    scripts/gpu/share_bench.sh: 8 processes loading the same objects, shared and not;
+#   loaders  scripts/gpu/loaders_ab.sh: load_file against its FUSE ceiling, and in-order GPU reads
+#            with 8 and with 16 readahead GETs in flight (VARIANTS to change them);
+#   peers    scripts/gpu/ml_bench.sh without its dataset: Run:ai's model streamer from S3 beside
+#            load_safetensors and load_file.
+# Needs .dev/gpu (make gpu-bundle) and the wheels in .whl (README of the GPU machine's set-up).
+set -euo pipefail
+OUT=${OUT:-/tmp/s3gdsfs-models-all}
+case ${PART:-} in
+  models) OUT=$OUT/models GB=${GB:-8} MODEL_GB=${MODEL_GB:-6} scripts/gpu/models.sh ;;
+  sharded) OUT=$OUT/sharded GB=1 MODEL_GB=0 SHARDED_GB=${SHARDED_GB:-32} scripts/gpu/models.sh ;;
+  share) OUT=$OUT/share ROUNDS=${ROUNDS:-2} scripts/gpu/share_bench.sh ;;
+  loaders)
+    OUT=$OUT/loaders GB=${GB:-6} PROGRAMS=${PROGRAMS:-"load ioctl"} CEILING=0 LOADFILE_CEILING=1 \
+      VARIANTS=${VARIANTS:-"base=s3gdsfs: s16=s3gdsfs:--gpu-streams=16,--gpu-read-ahead=512MiB base2=s3gdsfs: s162=s3gdsfs:--gpu-streams=16,--gpu-read-ahead=512MiB"} \
+      scripts/gpu/loaders_ab.sh ;;
+  peers) OUT=$OUT/peers DATASET=0 ROUNDS=${ROUNDS:-2} GB=${GB:-8} scripts/gpu/ml_bench.sh ;;
+  *) echo "PART: one of models, sharded, share, loaders, peers" >&2; exit 2 ;;
+esac

@@ -183,16 +183,19 @@ build-static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(GO_LDFLAGS)' -o $(STATIC_CSI_BIN) ./cmd/s3gdsfs-csi
 
 # gpu-bundle: static, stripped, xz-compressed s3gdsfs, s3load, fuseread and versitygw,
-# and the cuFile library, in .dev/gpu, for scripts/gpu/run.sh on a GPU machine that has no Go.
+# the cuFile library, and the CUDA backend's tests (cufile-cuda.test, which skip without a GPU:
+# PART=check scripts/gpu/models_all.sh runs them there), in .dev/gpu, for scripts/gpu/run.sh on
+# a GPU machine that has no Go.
 GPU_BUNDLE := .dev/gpu
 gpu-bundle:
 	mkdir -p $(GPU_BUNDLE)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(GO_LDFLAGS)' -o $(GPU_BUNDLE)/s3gdsfs ./cmd/s3gdsfs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/s3load ./bench/s3load
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/fuseread ./bench/fuseread
+	CGO_ENABLED=0 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_BUNDLE)/cufile-cuda.test ./cufile/cuda
 	CGO_ENABLED=0 GOBIN=$(abspath $(GPU_BUNDLE)) $(GO) install -trimpath -ldflags='-s -w' $(VERSITYGW_MODULE)@$(VERSITYGW_VERSION)
 	$(MAKE) preload && cp $(PRELOAD_LIB) $(DROPIN_LIB) $(GPU_BUNDLE)/
-	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load fuseread versitygw libs3gdsfs_cufile.so libcufile.so.0; do xz -6 -T0 -f $$f; done
+	cd $(GPU_BUNDLE) && for f in s3gdsfs s3load fuseread cufile-cuda.test versitygw libs3gdsfs_cufile.so libcufile.so.0; do xz -6 -T0 -f $$f; done
 	@ls -la $(GPU_BUNDLE)
 
 # posix-bundle: the POSIX benchmark for a machine with more cores and no Go

@@ -98,10 +98,11 @@ func (s *splicer) stream(off int64, n int) *spliceFeed {
 }
 
 // endStale ends the feeds nobody will read on: those whose reader has
-// read nothing for streamFeedIdle (firstReadIdle after one read), and those whose next bytes another
-// feed has served already (the stream that read them started later,
-// where this one's reader had not got to yet: a loader's threads read
-// neighbouring chunks). A feed whose turn is taken is in use, and left.
+// read nothing for streamFeedIdle (firstReadIdle after one read), and
+// those whose next bytes another feed has served already (the stream that
+// read them started later, where this one's reader had not got to yet: a
+// loader's threads read neighbouring chunks). A feed whose turn is taken
+// is in use, and left.
 func (s *splicer) endStale() {
 	s.mu.Lock()
 	all := append([]*spliceFeed(nil), s.streams...)

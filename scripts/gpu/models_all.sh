@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every figure of loading models on a GPU machine (docs/benchmarks.md, "Loading models"), in parts
-# that each fit one command of about ten minutes; PART picks one, and each writes under $OUT/PART:
+# that each fit one command of about ten minutes (check: seconds); PART picks one, and each
+# writes under $OUT/PART:
 #   models   scripts/gpu/models.sh: an 8 GB checkpoint through every loader (s3gds.load_safetensors
 #            fresh and later, in-order GPU reads, parallel preads, load_file, kvikio, GdsFile),
 #            transformers' from_pretrained of a 6 GB model directory, the kvikio RemoteFile peer;
@@ -9,7 +10,9 @@
 #   loaders  scripts/gpu/loaders_ab.sh: load_file against its FUSE ceiling, and in-order GPU reads
 #            with 8 and with 16 readahead GETs in flight (VARIANTS to change them);
 #   peers    scripts/gpu/ml_bench.sh without its dataset: Run:ai's model streamer from S3 beside
-#            load_safetensors and load_file.
+#            load_safetensors and load_file;
+#   check    the CUDA backend's tests on the device (cufile-cuda.test from make gpu-bundle):
+#            byte-exact copies, imports from another process, slots through twins.
 # Needs .dev/gpu (make gpu-bundle) and the wheels in .whl (README of the GPU machine's set-up).
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-models-all}
@@ -22,5 +25,9 @@ case ${PART:-} in
       VARIANTS=${VARIANTS:-"base=s3gdsfs: s16=s3gdsfs:--gpu-streams=16,--gpu-read-ahead=512MiB base2=s3gdsfs: s162=s3gdsfs:--gpu-streams=16,--gpu-read-ahead=512MiB"} \
       scripts/gpu/loaders_ab.sh ;;
   peers) OUT=$OUT/peers DATASET=0 ROUNDS=${ROUNDS:-2} GB=${GB:-8} scripts/gpu/ml_bench.sh ;;
-  *) echo "PART: one of models, sharded, share, loaders, peers" >&2; exit 2 ;;
+  check)
+    OUT=$OUT/check
+    source scripts/gpu/lib.sh
+    "$BIN/cufile-cuda.test" -test.v -test.count 1 2>&1 | tee "$OUT/cufile-cuda.txt" ;;
+  *) echo "PART: one of models, sharded, share, loaders, peers, check" >&2; exit 2 ;;
 esac

@@ -171,7 +171,11 @@ func statsTable(w io.Writer, path string, raw map[string]json.RawMessage, last *
 	}
 	row("POSIX reads", fmt.Sprintf("%s in %s reads%s", bytesOf(num(st, "posix_read_bytes_total")), count(num(st, "posix_reads_total")),
 		rate(counter("posix_read_bytes_total"))))
-	row("  of them spliced", bytesOf(num(st, "splice_bytes_total")))
+	spliced := bytesOf(num(st, "splice_bytes_total"))
+	if g := num(st, "splice_stream_gets_total"); g > 0 {
+		spliced += fmt.Sprintf(", streams of preads in %s GETs of their own", count(g))
+	}
+	row("  of them spliced", spliced)
 	gb, gn := labels(st, "gpu_read_bytes_total"), labels(st, "gpu_reads_total")
 	row("GPU reads over HTTP", fmt.Sprintf("%s in %s reads%s", bytesOf(gb["http"]), count(gn["http"]),
 		rate(labelled("gpu_read_bytes_total", "http"))))

@@ -43,26 +43,23 @@ func rawTrials(cfg config, srv *testenv.Server, sets objectSets, h hooks) (trial
 
 	ranges := &measurement{Target: "raw", Test: "ranges", Bytes: set.Large.Size,
 		Description: fmt.Sprintf("minio-go, %s in 16 MiB ranges, %d workers", set.Large.Key, rangeWorkers)}
-	trials = append(trials, newTrial(cfg, ranges, h, func(ctx context.Context, run int) (int64, error) {
-		large := sets.forRun(run).Large
+	// inRanges reads o in ranges of part bytes, workers at a time.
+	inRanges := func(ctx context.Context, o object, part int64, workers int) (int64, error) {
 		var jobs []func(context.Context) (int64, error)
-		for off := int64(0); off < large.Size; off += rangeSize {
-			end := min(off+rangeSize, large.Size)
-			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, large, off, end) })
+		for off := int64(0); off < o.Size; off += part {
+			end := min(off+part, o.Size)
+			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, o, off, end) })
 		}
-		return parallel(ctx, rangeWorkers, jobs)
+		return parallel(ctx, workers, jobs)
+	}
+	trials = append(trials, newTrial(cfg, ranges, h, func(ctx context.Context, run int) (int64, error) {
+		return inRanges(ctx, sets.forRun(run).Large, rangeSize, rangeWorkers)
 	}))
 
 	preads := &measurement{Target: "raw", Test: "preads", Bytes: set.Large.Size,
 		Description: fmt.Sprintf("minio-go, %s in %d MiB ranges, %d workers", set.Large.Key, preadChunk>>20, preadThreads)}
 	trials = append(trials, newTrial(cfg, preads, h, func(ctx context.Context, run int) (int64, error) {
-		large := sets.forRun(run).Large
-		var jobs []func(context.Context) (int64, error)
-		for off := int64(0); off < large.Size; off += preadChunk {
-			end := min(off+preadChunk, large.Size)
-			jobs = append(jobs, func(ctx context.Context) (int64, error) { return get(ctx, large, off, end) })
-		}
-		return parallel(ctx, preadThreads, jobs)
+		return inRanges(ctx, sets.forRun(run).Large, preadChunk, preadThreads)
 	}))
 
 	four := &measurement{Target: "raw", Test: "four", Bytes: set.mediumBytes(),

@@ -26,6 +26,40 @@ import (
 // descriptor. The kernel cuts each pread into 1 MiB reads, one at a time
 // per thread, so the daemon sees 16 sequential readers interleaved; each
 // is followed as a stream of its own and fed ahead by ranged GETs of a
+// preadChunks reads size bytes of f as a parallel loader does: threads
+// that each take the next chunk and read it with one pread. It returns the
+// sha256 of what they read.
+func preadChunks(t *testing.T, f *os.File, size, chunk int64, threads int) string {
+	t.Helper()
+	dst := make([]byte, size)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, threads)
+	for range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				off := next.Add(chunk) - chunk
+				if off >= size {
+					return
+				}
+				if n, err := f.ReadAt(dst[off:off+chunk], off); int64(n) != chunk {
+					errs <- fmt.Errorf("pread of %d bytes at %d: %d bytes, %v", chunk, off, n, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := sha256.Sum256(dst)
+	return hex.EncodeToString(got[:])
+}
+
 // part, not fetched 1 MiB at a time, and no byte comes from S3 twice.
 func TestParallelPreadsOfOneFileAreFedAhead(t *testing.T) {
 	srv := testenv.Start(t)
@@ -46,33 +80,8 @@ func TestParallelPreadsOfOneFileAreFedAhead(t *testing.T) {
 	readsBefore := metricSum(t, d, "posix_reads_total")
 	bytesBefore := metricSum(t, d, "s3_received_bytes_total")
 
-	dst := make([]byte, size)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, threads)
-	for range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				off := next.Add(chunk) - chunk
-				if off >= size {
-					return
-				}
-				if n, err := f.ReadAt(dst[off:off+chunk], off); n != chunk {
-					errs <- fmt.Errorf("pread of %d bytes at %d: %d bytes, %v", chunk, off, n, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if got := sha256.Sum256(dst); hex.EncodeToString(got[:]) != sum {
-		t.Fatalf("16 threads' preads: sha256 %x, want %s", got, sum)
+	if got := preadChunks(t, f, size, chunk, threads); got != sum {
+		t.Fatalf("16 threads' preads: sha256 %s, want %s", got, sum)
 	}
 
 	reads := metricSum(t, d, "posix_reads_total") - readsBefore

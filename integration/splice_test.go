@@ -2,8 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -476,33 +473,8 @@ func TestParallelPreadsAreSplicedStreamByStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	dst := make([]byte, size)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, threads)
-	for range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				off := next.Add(chunk) - chunk
-				if off >= size {
-					return
-				}
-				if n, err := f.ReadAt(dst[off:off+chunk], off); n != chunk {
-					errs <- fmt.Errorf("pread of %d bytes at %d: %d bytes, %v", chunk, off, n, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if got := sha256.Sum256(dst); hex.EncodeToString(got[:]) != sum {
-		t.Fatalf("%d threads' preads: sha256 %x, want %s", threads, got, sum)
+	if got := preadChunks(t, f, size, chunk, threads); got != sum {
+		t.Fatalf("%d threads' preads: sha256 %s, want %s", threads, got, sum)
 	}
 	spliced := metricSum(t, d, "splice_bytes_total")
 	gets := metricSum(t, d, "splice_stream_gets_total")

@@ -124,10 +124,8 @@ func (s *splicer) endStale() {
 			continue
 		}
 		select {
-		case feed.turn <- struct{}{}:
-			if feed.outSince.Load() == 0 {
-				s.h.endSplice(feed, spliceLeft, nil)
-			}
+		case feed.turn <- struct{}{}: // no read nor reply holds it
+			s.h.endSplice(feed, spliceLeft, nil)
 			s.give(feed)
 		default:
 		}

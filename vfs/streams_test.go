@@ -11,14 +11,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readReply serves a read of h through all its readers and copies the
-// reply out as the FUSE layer writes it (taking a spliced reply out of its
-// pipe), giving back what the reply holds.
+// readReply serves a read of h through all its readers and gives back what
+// the reply holds (replyBytes).
 func readReply(t *testing.T, h *Handle, off int64, n int) ([]byte, error) {
 	r, err := h.Read(context.Background(), off, n)
 	if err != nil {
 		return nil, err
 	}
+	return replyBytes(r)
+}
+
+// replyBytes copies a reply out as the FUSE layer writes it (taking a
+// spliced reply out of its pipe) and gives back what it holds, releasing
+// its blocks or its pipe.
+func replyBytes(r Reply) ([]byte, error) {
 	switch {
 	case r.Pipe != nil:
 		out := make([]byte, r.Pipe.N)
@@ -322,21 +328,9 @@ func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read at %d: %v", off, err)
 		}
-		var b []byte
-		switch {
-		case r.Pipe != nil:
-			b = takeFromPipe(t, r.Pipe.FD, r.Pipe.N)
-			r.Pipe.Done()
-		case r.Data != nil:
-			b = r.Data
-		default:
-			for _, v := range r.Views {
-				b = append(b, v...)
-			}
-			r.Release()
-		}
-		if !bytes.Equal(b, data[off:off+1<<20]) {
-			t.Fatalf("read at %d: not the object's bytes", off)
+		b, err := replyBytes(r)
+		if err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
+			t.Fatalf("read at %d: %v, or not the object's bytes", off, err)
 		}
 	}
 	snap, err := f.m.Snapshot()

@@ -118,6 +118,8 @@ type stager struct {
 	// noTwins: one could not be allocated, and none is tried again.
 	twins   []*twin
 	noTwins bool
+	// twinsMaking counts twins being allocated, outside the lock.
+	twinsMaking int
 }
 
 // twin is a device buffer of a slot's size that a slot copied to several
@@ -922,9 +924,12 @@ func (s *stager) takeTwin() *twin {
 			return tw
 		}
 	}
-	if s.noTwins || len(s.twins) >= maxTwins {
+	if s.noTwins || len(s.twins)+s.twinsMaking >= maxTwins {
 		return nil
 	}
+	// Allocated outside the lock: acquirers and reclaims go on meanwhile.
+	s.twinsMaking++
+	s.mu.Unlock()
 	tw := &twin{busy: true, claimed: true}
 	err := s.dev.Run(func() error {
 		fence, err := s.dev.NewFence()
@@ -937,6 +942,8 @@ func (s *stager) takeTwin() *twin {
 		tw.fence = fence
 		return nil
 	})
+	s.mu.Lock()
+	s.twinsMaking--
 	if err != nil {
 		s.noTwins = true
 		return nil

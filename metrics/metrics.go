@@ -87,6 +87,9 @@ type Set struct {
 	// SpliceAhead counts bytes spliced into a feed's pipe ahead of their
 	// read, once the reply before had been written (Config.SpliceAhead).
 	SpliceAhead prometheus.Counter
+	// SpliceReorderWaits counts page-cache reads that came ahead of a
+	// whole-object GET's reader and waited for the reads before them.
+	SpliceReorderWaits prometheus.Counter
 
 	// FuseRequests counts FUSE requests by how a daemon thread waited for
 	// them (wait: polled, slept, blocked; --fuse-poll), read from the
@@ -235,6 +238,9 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.SpliceAhead = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_ahead_bytes_total", Help: "Bytes of spliced GETs moved from the socket into a pipe ahead of their read, while the reply before was written or once it had been (mounts that poll for requests, --fuse-poll); the rest are moved when their read comes.",
 	})
+	s.SpliceReorderWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_reorder_waits_total", Help: "Page-cache reads that reached the daemon ahead of the read before them (the kernel's readahead sends a few at once) and waited, briefly, for it, so that the whole-object spliced GET goes on.",
+	})
 	s.GPUReadBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_bytes_total", Help: "Bytes delivered into device memory by GPU reads, by transport (rdma, http).",
 	}, []string{"transport"})
@@ -349,7 +355,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.WriteBytes, s.UploadsInFlight, s.UploadPartRetries, s.UploadsDone,
 		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept,
-		s.SpliceBytes, s.SpliceEnds, s.SpliceStreamGets, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceStreamGets, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead, s.SpliceReorderWaits,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		s.FuseReadReplies, s.FuseReadReplySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -99,7 +99,7 @@ func (f *FS) Open(e Entry) (*Handle, error) {
 	if h.directIO && f.cfg.Splice {
 		// Where the daemon's copy is the cost: the replies go straight
 		// into the reader's buffer.
-		h.spliced = &splicer{h: h}
+		h.spliced = &splicer{h: h, first: make(chan struct{})}
 		h.readers = append(h.readers, h.spliced)
 	}
 	h.readers = append(h.readers, &h.blocks)
@@ -263,6 +263,15 @@ func (st *readState) trySplice(h *Handle) bool {
 	}
 	p.holder = heldBySplice
 	return true
+}
+
+// spliceUntried says whether h may still start the whole-object GET: it
+// has not tried, holds no place, and no other handle of the version reads.
+func (st *readState) spliceUntried(h *Handle) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p := st.places[h]
+	return p != nil && !p.spliceTried && p.holder == heldByNone && !st.othersRead(h)
 }
 
 // tryStreams says whether h may start a stream feed: no other handle of

@@ -65,6 +65,7 @@ type spliceFeed struct {
 	outSince atomic.Int64
 	// abandoned: the feed is to end as soon as its turn is free.
 	abandoned atomic.Bool
+	ended     atomic.Bool // endSplice ran: no read is waited for any more
 	get       *objstore.Body // the GET (Close ends it)
 	// start and end are the GET's range of the object; ranged: a stream
 	// feed (end may be short of the object's end), not the whole-object
@@ -76,6 +77,11 @@ type spliceFeed struct {
 	// for finding a stream's feed without taking its turn; lastRead is
 	// when the last reply was written (Unix nanoseconds).
 	next, lastRead atomic.Int64
+	// moved, while not nil, is closed when next moves or the feed ends:
+	// what a page-cache read that came ahead of its turn waits on
+	// (awaitReader).
+	movedMu sync.Mutex
+	moved   chan struct{}
 	replies        atomic.Int32      // replies served
 	body           *objstore.RawBody // its socket; nil once ended
 	pr, pw         int               // the pipe: read end for the reply, write end for the socket
@@ -139,6 +145,13 @@ const (
 type splicer struct {
 	h    *Handle
 	feed atomic.Pointer[spliceFeed] // the whole-object GET; nil before and after it
+	// opening is set as the read at 0 opens the whole-object GET, and
+	// first is closed once it has its feed or was refused one: page-cache
+	// reads sent with it that reach the daemon first wait on it
+	// (awaitFirst).
+	opening   atomic.Bool
+	first     chan struct{}
+	firstOnce sync.Once
 	// mu guards streams, the stream feeds under way (Config.SpliceStreams).
 	mu      sync.Mutex
 	streams []*spliceFeed
@@ -166,18 +179,31 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		// or for the page cache's reads (its readahead out of order), it
 		// ends there.
 		if !streams || cached || feed.next.Load() == off {
+			if cached {
+				feed.awaitReader(ctx, off, int64(n), h.f.m.SpliceReorderWaits)
+			}
 			return s.serve(ctx, feed, off, n)
 		}
 	} else if off == 0 && n > 0 && size > 0 && h.st.trySplice(h) {
+		s.opening.Store(true)
 		feed := h.openSplice(0, size)
 		if feed == nil {
 			h.st.spliceEnded(h, 0, false)
+			s.opened()
 			return Reply{}, errFallBack
 		}
 		// No read comes after the release that closes the handle, so
 		// close will find the feed set here.
 		s.feed.Store(feed)
+		s.opened()
 		return s.serve(ctx, feed, off, n)
+	} else if cached && off > 0 && off <= reorderWindow*int64(n) && s.awaitFirst(h) {
+		// A read the kernel sent with the first: the feed serves it in
+		// its turn.
+		if feed := s.feed.Load(); feed != nil {
+			feed.awaitReader(ctx, off, int64(n), h.f.m.SpliceReorderWaits)
+			return s.serve(ctx, feed, off, n)
+		}
 	}
 	// The page cache's reads come in the kernel's order, not a stream's.
 	if !streams || cached || n <= 0 || off >= size {
@@ -195,6 +221,29 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		}
 	}
 	return Reply{}, errFallBack
+}
+
+// opened says the read at 0 has opened its whole-object GET or will not.
+func (s *splicer) opened() { s.firstOnce.Do(func() { close(s.first) }) }
+
+// awaitFirst waits, up to reorderWait, for the whole-object GET of a
+// handle whose read at 0 is opening it or has yet to come: the kernel
+// sends a mapping's first reads together, and the later ones may reach
+// the daemon first. It reports whether the wait ended with the GET
+// decided (its feed then in s.feed, or none).
+func (s *splicer) awaitFirst(h *Handle) bool {
+	if !s.opening.Load() && !h.st.spliceUntried(h) {
+		return false
+	}
+	h.f.m.SpliceReorderWaits.Inc()
+	t := time.NewTimer(reorderWait)
+	defer t.Stop()
+	select {
+	case <-s.first:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // errFeedEnded is serve's answer for a stream feed that had ended when the
@@ -416,6 +465,61 @@ func (feed *spliceFeed) served(next int64) {
 	}
 	feed.next.Store(next)
 	feed.lastRead.Store(time.Now().UnixNano())
+	feed.wake()
+}
+
+// wake tells the reads waiting in awaitReader that next moved or the feed
+// ended.
+func (feed *spliceFeed) wake() {
+	feed.movedMu.Lock()
+	if feed.moved != nil {
+		close(feed.moved)
+		feed.moved = nil
+	}
+	feed.movedMu.Unlock()
+}
+
+// reorderWindow is how many reads' worth ahead of the feed a page-cache
+// read may come and still wait for its turn; reorderWait is how long it
+// waits for the reads before it.
+const (
+	reorderWindow = 4
+	reorderWait   = 5 * time.Millisecond
+)
+
+// awaitReader waits, briefly, for the feed to reach off when a page-cache
+// read of n bytes at off came ahead of it. The kernel's readahead sends a
+// reader's next requests together, and they reach the daemon in either
+// order; served as they come, the one that overtook would end the
+// whole-object GET, and the blocks would serve the rest of the file. A
+// read the feed does not reach within reorderWait (the reader went
+// elsewhere) is served as before: it ends the GET.
+func (feed *spliceFeed) awaitReader(ctx context.Context, off, n int64, waits interface{ Add(float64) }) {
+	if next := feed.next.Load(); off <= next || off-next > reorderWindow*n {
+		return
+	}
+	waits.Add(1)
+	t := time.NewTimer(reorderWait)
+	defer t.Stop()
+	for {
+		feed.movedMu.Lock()
+		if feed.next.Load() >= off || feed.ended.Load() {
+			feed.movedMu.Unlock()
+			return
+		}
+		if feed.moved == nil {
+			feed.moved = make(chan struct{})
+		}
+		moved := feed.moved
+		feed.movedMu.Unlock()
+		select {
+		case <-moved:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // readerAt is the offset of the read the feed is ready for: the first byte
@@ -616,6 +720,8 @@ func (h *Handle) endSplice(feed *spliceFeed, why string, err error) {
 		unix.Close(feed.spare.pw)
 	}
 	h.f.m.SpliceEnds.WithLabelValues(why).Inc()
+	feed.ended.Store(true)
+	feed.wake()
 	if err != nil {
 		h.f.log.Debug("spliced GET stopped; ordinary reads take over", "bucket", h.obj.bucket, "key", h.obj.key,
 			"at", feed.readerAt(), "err", err)

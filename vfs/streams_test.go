@@ -323,6 +323,8 @@ func TestStreamFeedCutMidBodyFallsBackToBlocks(t *testing.T) {
 func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
 	const size = 16 << 20
 	data, f, h := splicedObject(t, size, 18, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	// The read at 5 MiB waits, in case the reads before it were sent
+	// with it, and ends the GET when they do not come.
 	for _, off := range []int64{0, 1 << 20, 5 << 20} {
 		r, err := h.ReadPageCache(context.Background(), off, 1<<20)
 		if err != nil {
@@ -342,6 +344,124 @@ func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
 	}
 	if gets := snap["splice_stream_gets_total"].(float64); gets != 0 {
 		t.Errorf("%v stream GETs for the page cache's reads", gets)
+	}
+}
+
+// The kernel's readahead for a mapping's reader sends its next requests
+// together, and they reach the daemon in either order: a page-cache read
+// that comes ahead of the read before it waits for it, and the
+// whole-object GET serves the file to its end, one GET, every byte right.
+func TestPageCacheReadsThatComeSwappedKeepTheWholeObjectGET(t *testing.T) {
+	const size, step = 16 << 20, 1 << 20
+	data, f, h := splicedObject(t, size, 20, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	read := func(off int64) error {
+		r, err := h.ReadPageCache(context.Background(), off, step)
+		if err != nil {
+			return fmt.Errorf("read at %d: %w", off, err)
+		}
+		b, err := replyBytes(r)
+		if err != nil || !bytes.Equal(b, data[off:off+step]) {
+			return fmt.Errorf("read at %d: %v, or not the object's bytes", off, err)
+		}
+		return nil
+	}
+	if err := read(0); err != nil {
+		t.Fatal(err)
+	}
+	waits := func() float64 {
+		snap, err := f.m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap["splice_reorder_waits_total"].(float64)
+	}
+	// Each pair's second read comes first, and is waiting when the
+	// first comes.
+	off := int64(step)
+	for ; off+2*step <= size; off += 2 * step {
+		before := waits()
+		ahead := make(chan error, 1)
+		go func() { ahead <- read(off + step) }()
+		for deadline := time.Now().Add(5 * time.Second); waits() == before; time.Sleep(50 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the read at %d never waited", off+step)
+			}
+		}
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-ahead; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ; off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want the whole-object GET read to its end", ends)
+	}
+	if spliced := snap["splice_bytes_total"].(float64) + snap["splice_small_buffer_bytes_total"].(float64); spliced != size {
+		t.Errorf("%v bytes from the spliced GET, want all %d", spliced, size)
+	}
+}
+
+// The read at 0 may reach the daemon after the one the kernel sent with
+// it: the later read waits for the whole-object GET the read at 0 opens,
+// and is served from it in its turn.
+func TestPageCacheReadBeforeTheFirstWaitsForTheWholeObjectGET(t *testing.T) {
+	const size, step = 4 << 20, 1 << 20
+	data, f, h := splicedObject(t, size, 21, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	read := func(off int64) error {
+		r, err := h.ReadPageCache(context.Background(), off, step)
+		if err != nil {
+			return fmt.Errorf("read at %d: %w", off, err)
+		}
+		b, err := replyBytes(r)
+		if err != nil || !bytes.Equal(b, data[off:off+step]) {
+			return fmt.Errorf("read at %d: %v, or not the object's bytes", off, err)
+		}
+		return nil
+	}
+	ahead := make(chan error, 1)
+	go func() { ahead <- read(step) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+		snap, err := f.m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap["splice_reorder_waits_total"].(float64) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read at 1 MiB never waited")
+		}
+	}
+	if err := read(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(2 * step); off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want the whole-object GET read to its end", ends)
+	}
+	if spliced := snap["splice_bytes_total"].(float64) + snap["splice_small_buffer_bytes_total"].(float64); spliced != size {
+		t.Errorf("%v bytes from the spliced GET, want all %d", spliced, size)
 	}
 }
 

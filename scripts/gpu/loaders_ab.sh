@@ -31,7 +31,7 @@ python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket
 python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
 P=$MP/ckpt.safetensors
 # counters LABEL: the daemon's counters of FUSE reads and GETs (the metrics' text) to $OUT/counters/LABEL.
-counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|splice_bytes_total)' > "$OUT/counters/$1" || true; }
+counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|splice_bytes_total|splice_ends_total|splice_reorder_waits_total)' > "$OUT/counters/$1" || true; }
 # delta A B: what the counters moved between two snapshots, where the time of a FUSE read went.
 delta() {
   python3 - "$OUT/counters/$1" "$OUT/counters/$2" "$2" <<'PY' | tee -a "$OUT/where.txt"
@@ -59,6 +59,11 @@ out["received_gb"] = round(g("s3gdsfs_s3_received_bytes_total") / 1e9, 3)
 splices = sum(v for k, v in m.items() if k.startswith("s3gdsfs_splice_bytes_total"))
 if splices:
     out["spliced_gb"] = round(splices / 1e9, 3)
+if g("s3gdsfs_splice_reorder_waits_total"):
+    out["reorder_waits"] = g("s3gdsfs_splice_reorder_waits_total")
+ends = {k.split('"')[1]: v for k, v in m.items() if k.startswith("s3gdsfs_splice_ends_total{")}
+if ends:
+    out["splice_ends"] = ends
 print(out)
 PY
 }
@@ -93,14 +98,17 @@ for mr in ${FUSEREAD_MIBS-1 4}; do
   kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
 done
 # load_file's ceiling: the checkpoint served from memory (spliced from a memfd, 4 MiB requests,
-# 1 MiB of kernel readahead, a mapping of a direct-I/O file as the mount's), what a mapping's
-# reader reaches through any FUSE filesystem here; LOADFILE_CEILING=0 leaves it out.
+# a mapping of a direct-I/O file as the mount's), what a mapping's
+# reader reaches through any FUSE filesystem here, with LOADFILE_RA_MIBS (1) MiB of kernel readahead
+# each; LOADFILE_CEILING=0 leaves it out.
 if [ "${LOADFILE_CEILING:-1}" = 1 ]; then
-  "$BIN/fuseread" --file "$CKPT" --mode splice --read-ahead $((1 << 20)) --max-read $((4 << 20)) $FR 2> "$OUT/fuseread-loadfile.log" &
-  FRPID=$!
-  for _ in $(seq 300); do [ -e $FR/f ] && break; sleep 0.1; done
-  drop_page_cache; run fuse-ceiling loadfile --path $FR/f --local $CKPT
-  kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
+  for ra in ${LOADFILE_RA_MIBS:-1}; do
+    "$BIN/fuseread" --file "$CKPT" --mode splice --read-ahead $((ra << 20)) --max-read $((4 << 20)) $FR 2> "$OUT/fuseread-loadfile.log" &
+    FRPID=$!
+    for _ in $(seq 300); do [ -e $FR/f ] && break; sleep 0.1; done
+    drop_page_cache; run "fuse-ceiling-ra${ra}m" loadfile --path $FR/f --local $CKPT
+    kill $FRPID; wait $FRPID 2>/dev/null || true; umount -l $FR 2>/dev/null || true
+  done
 fi
 echo "$OLD_PAGES" > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
 for v in $VARIANTS; do

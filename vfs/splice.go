@@ -65,7 +65,7 @@ type spliceFeed struct {
 	outSince atomic.Int64
 	// abandoned: the feed is to end as soon as its turn is free.
 	abandoned atomic.Bool
-	ended     atomic.Bool // endSplice ran: no read is waited for any more
+	ended     atomic.Bool    // endSplice ran: no read is waited for any more
 	get       *objstore.Body // the GET (Close ends it)
 	// start and end are the GET's range of the object; ranged: a stream
 	// feed (end may be short of the object's end), not the whole-object
@@ -77,11 +77,6 @@ type spliceFeed struct {
 	// for finding a stream's feed without taking its turn; lastRead is
 	// when the last reply was written (Unix nanoseconds).
 	next, lastRead atomic.Int64
-	// moved, while not nil, is closed when next moves or the feed ends:
-	// what a page-cache read that came ahead of its turn waits on
-	// (awaitReader).
-	movedMu sync.Mutex
-	moved   chan struct{}
 	replies        atomic.Int32      // replies served
 	body           *objstore.RawBody // its socket; nil once ended
 	pr, pw         int               // the pipe: read end for the reply, write end for the socket
@@ -106,6 +101,12 @@ type spliceFeed struct {
 	// noSpare is set once the spare pipe could not be made or sized: the
 	// feed then fills its one pipe after each reply.
 	noSpare bool
+
+	// moved, while not nil, is closed when next moves or the feed ends:
+	// what a page-cache read that came ahead of its turn waits on
+	// (awaitReader).
+	movedMu sync.Mutex
+	moved   chan struct{}
 }
 
 // replyPipe is a pipe's two ends and its capacity now (size 0: not made

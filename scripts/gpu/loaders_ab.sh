@@ -90,6 +90,10 @@ FR=/mnt/fuseread; mkdir -p $FR
 
 OLD_PAGES=$(cat /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || echo 256)
 echo 1024 > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
+# fuseread's spliced replies need pipes that hold 4 MiB, as the daemon's do (which raises the
+# limit itself and starts again): without it they fail, and a mapping's reader gets SIGBUS.
+OLD_PIPE=$(cat /proc/sys/fs/pipe-max-size)
+[ "$OLD_PIPE" -ge $((16 << 20)) ] || echo $((16 << 20)) > /proc/sys/fs/pipe-max-size
 for mr in ${FUSEREAD_MIBS-1 4}; do
   "$BIN/fuseread" --size $(( ${FUSEREAD_GIB:-4} << 30 )) --max-read $((mr << 20)) $FR 2> "$OUT/fuseread.log" &
   FRPID=$!
@@ -111,6 +115,7 @@ if [ "${LOADFILE_CEILING:-1}" = 1 ]; then
   done
 fi
 echo "$OLD_PAGES" > /proc/sys/fs/fuse/max_pages_limit 2>/dev/null || true
+echo "$OLD_PIPE" > /proc/sys/fs/pipe-max-size
 for v in $VARIANTS; do
   name=${v%%=*}; rest=${v#*=}; build=${rest%%:*}; flags=${rest#*:}; flags=${flags//,/ }
   echo "== $name: $build $flags"

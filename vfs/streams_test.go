@@ -347,6 +347,56 @@ func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
 	}
 }
 
+// pageCacheReads returns a checked page-cache read of step bytes at off
+// through h, whose object holds data.
+func pageCacheReads(h *Handle, data []byte, step int) func(off int64) error {
+	return func(off int64) error {
+		r, err := h.ReadPageCache(context.Background(), off, step)
+		if err != nil {
+			return fmt.Errorf("read at %d: %w", off, err)
+		}
+		b, err := replyBytes(r)
+		if err != nil || !bytes.Equal(b, data[off:off+int64(step)]) {
+			return fmt.Errorf("read at %d: %v, or not the object's bytes", off, err)
+		}
+		return nil
+	}
+}
+
+// awaitReorderWaits waits until f has counted want reads that waited for
+// their turn on a spliced GET.
+func awaitReorderWaits(t *testing.T, f *FS, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+		snap, err := f.m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap["splice_reorder_waits_total"].(float64) >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v reads waited for their turn, want %v", snap["splice_reorder_waits_total"], want)
+		}
+	}
+}
+
+// wantOneSplicedGET checks that the whole-object GET served all size bytes
+// and was read to its end.
+func wantOneSplicedGET(t *testing.T, f *FS, size int) {
+	t.Helper()
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want the whole-object GET read to its end", ends)
+	}
+	if spliced := snap["splice_bytes_total"].(float64) + snap["splice_small_buffer_bytes_total"].(float64); spliced != float64(size) {
+		t.Errorf("%v bytes from the spliced GET, want all %d", spliced, size)
+	}
+}
+
 // The kernel's readahead for a mapping's reader sends its next requests
 // together, and they reach the daemon in either order: a page-cache read
 // that comes ahead of the read before it waits for it, and the
@@ -354,39 +404,18 @@ func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
 func TestPageCacheReadsThatComeSwappedKeepTheWholeObjectGET(t *testing.T) {
 	const size, step = 16 << 20, 1 << 20
 	data, f, h := splicedObject(t, size, 20, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
-	read := func(off int64) error {
-		r, err := h.ReadPageCache(context.Background(), off, step)
-		if err != nil {
-			return fmt.Errorf("read at %d: %w", off, err)
-		}
-		b, err := replyBytes(r)
-		if err != nil || !bytes.Equal(b, data[off:off+step]) {
-			return fmt.Errorf("read at %d: %v, or not the object's bytes", off, err)
-		}
-		return nil
-	}
+	read := pageCacheReads(h, data, step)
 	if err := read(0); err != nil {
 		t.Fatal(err)
 	}
-	waits := func() float64 {
-		snap, err := f.m.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap["splice_reorder_waits_total"].(float64)
-	}
 	// Each pair's second read comes first, and is waiting when the
 	// first comes.
-	off := int64(step)
+	off, waits := int64(step), 0.0
 	for ; off+2*step <= size; off += 2 * step {
-		before := waits()
 		ahead := make(chan error, 1)
 		go func() { ahead <- read(off + step) }()
-		for deadline := time.Now().Add(5 * time.Second); waits() == before; time.Sleep(50 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the read at %d never waited", off+step)
-			}
-		}
+		waits++
+		awaitReorderWaits(t, f, waits)
 		if err := read(off); err != nil {
 			t.Fatal(err)
 		}
@@ -399,16 +428,7 @@ func TestPageCacheReadsThatComeSwappedKeepTheWholeObjectGET(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
-		t.Errorf("splice ends %s, want the whole-object GET read to its end", ends)
-	}
-	if spliced := snap["splice_bytes_total"].(float64) + snap["splice_small_buffer_bytes_total"].(float64); spliced != size {
-		t.Errorf("%v bytes from the spliced GET, want all %d", spliced, size)
-	}
+	wantOneSplicedGET(t, f, size)
 }
 
 // The read at 0 may reach the daemon after the one the kernel sent with
@@ -417,31 +437,10 @@ func TestPageCacheReadsThatComeSwappedKeepTheWholeObjectGET(t *testing.T) {
 func TestPageCacheReadBeforeTheFirstWaitsForTheWholeObjectGET(t *testing.T) {
 	const size, step = 4 << 20, 1 << 20
 	data, f, h := splicedObject(t, size, 21, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
-	read := func(off int64) error {
-		r, err := h.ReadPageCache(context.Background(), off, step)
-		if err != nil {
-			return fmt.Errorf("read at %d: %w", off, err)
-		}
-		b, err := replyBytes(r)
-		if err != nil || !bytes.Equal(b, data[off:off+step]) {
-			return fmt.Errorf("read at %d: %v, or not the object's bytes", off, err)
-		}
-		return nil
-	}
+	read := pageCacheReads(h, data, step)
 	ahead := make(chan error, 1)
 	go func() { ahead <- read(step) }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Microsecond) {
-		snap, err := f.m.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if snap["splice_reorder_waits_total"].(float64) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the read at 1 MiB never waited")
-		}
-	}
+	awaitReorderWaits(t, f, 1)
 	if err := read(0); err != nil {
 		t.Fatal(err)
 	}
@@ -453,16 +452,7 @@ func TestPageCacheReadBeforeTheFirstWaitsForTheWholeObjectGET(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
-		t.Errorf("splice ends %s, want the whole-object GET read to its end", ends)
-	}
-	if spliced := snap["splice_bytes_total"].(float64) + snap["splice_small_buffer_bytes_total"].(float64); spliced != size {
-		t.Errorf("%v bytes from the spliced GET, want all %d", spliced, size)
-	}
+	wantOneSplicedGET(t, f, size)
 }
 
 // A pread into a buffer that does not start on a page reaches the daemon

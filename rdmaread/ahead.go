@@ -19,14 +19,16 @@ package rdmaread
 //
 // When the window grows. The first read in order opens a window of its own
 // size (at least a slot); each further read in order doubles it, up to
-// Config.ReadAhead (--gpu-read-ahead, 256 MiB by default). After each read
+// Config.ReadAhead (--gpu-read-ahead, 512 MiB by default). After each read
 // in order the range ahead is topped up to the window once a quarter of it
 // (or a read's worth) has been consumed, so that GETs are large: the gap is
-// cut into GETs of the window over Streams (aheadPart: 32 MiB for 256 MiB,
-// none under 8 MiB), fetched in offset order, at most Streams at a time per
-// file, each taking its turn in the scheduler like any GET. A whole window
-// is thus Streams large GETs in flight while the reader copies from what
-// has landed.
+// cut into GETs of the window over aheadGETs (aheadPart: 32 MiB for 512
+// MiB, none under 8 MiB nor over 32 MiB), fetched in offset order, every
+// one of the window at once, each taking its turn in
+// the scheduler like any GET. A whole window is thus its parts' GETs in
+// flight while the reader copies from what has landed: as many as one
+// object on a server needs to reach its rate (docs/benchmarks.md), and
+// independent of Streams, which cuts single reads.
 //
 // Which reads are in order. One that starts where the last one ended, or,
 // since a reader's threads taking tasks in turn send them a little out of
@@ -69,9 +71,19 @@ import (
 )
 
 // DefaultReadAhead is the largest window of one file's GPU readahead where
-// a mount sets none: large enough that a lone reader's GETs run Streams
-// at a time, small beside the device's share of the ring.
-const DefaultReadAhead = 256 << 20
+// a mount sets none: enough GETs of aheadPartMax in flight for a lone
+// reader to reach one object's rate, and no more than the device's share
+// of the default ring.
+const DefaultReadAhead = 512 << 20
+
+// aheadGETs is how many GETs a window is cut into, and aheadPartMax the
+// largest of them: a server answers few large ranges more cheaply than
+// many small ones, yet one object needs about this many in flight to reach
+// the server's rate (docs/benchmarks.md).
+const (
+	aheadGETs    = 16
+	aheadPartMax = 32 << 20
+)
 
 // errNoSlot ends a readahead GET that found no free slot: the ring is
 // wanted by reads.
@@ -485,12 +497,11 @@ func (a *Ahead) topUpLocked() {
 }
 
 // aheadPart is the range of one readahead GET for a window: the window
-// over Streams, so that a whole window is Streams GETs in flight at once,
-// large ones (a server answers few large ranges more cheaply than many
-// small ones); none under minPart, none over PartSize when that is set.
+// over aheadGETs, none under minPart, none over aheadPartMax nor PartSize
+// when that is set.
 func (e *Engine) aheadPart(window int64) int64 {
 	const align = 1 << 20
-	part := max(window/int64(e.cfg.Streams), minPart)
+	part := min(max(window/aheadGETs, minPart), aheadPartMax)
 	part = (part + align - 1) / align * align
 	if e.cfg.PartSize > 0 {
 		part = min(part, e.cfg.PartSize)
@@ -498,13 +509,10 @@ func (e *Engine) aheadPart(window int64) int64 {
 	return part
 }
 
-// pumpLocked starts the next segments' fetches, in offset order, up to
-// Streams at a time.
+// pumpLocked starts the next segments' fetches, in offset order: every
+// segment of the window at once (the window bounds how many there are).
 func (a *Ahead) pumpLocked() {
 	for _, s := range a.segs {
-		if a.running >= a.e.cfg.Streams {
-			return
-		}
 		if s.started || s.dropped {
 			continue
 		}

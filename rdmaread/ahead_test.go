@@ -284,3 +284,27 @@ func TestAheadMetricsAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// A window is cut into up to aheadGETs GETs, whatever Streams (which cuts
+// single reads) says: one object needs that many in flight to reach the
+// server's rate.
+func TestAheadPartIsTheWindowOverItsGETs(t *testing.T) {
+	for _, streams := range []int{1, 8, 64} {
+		e := &Engine{cfg: Config{Streams: streams}}
+		for _, c := range []struct{ window, want int64 }{
+			{4 << 20, minPart},           // a young window: one part
+			{64 << 20, minPart},          // 8 of the smallest parts
+			{256 << 20, 16 << 20},        // aheadGETs of them
+			{DefaultReadAhead, 32 << 20}, // aheadGETs of the largest
+			{2 << 30, aheadPartMax},      // more GETs, none larger
+		} {
+			if got := e.aheadPart(c.window); got != c.want {
+				t.Errorf("Streams %d, window %d MiB: part %d MiB, want %d MiB", streams, c.window>>20, got>>20, c.want>>20)
+			}
+		}
+	}
+	e := &Engine{cfg: Config{Streams: 8, PartSize: 4 << 20}}
+	if got := e.aheadPart(DefaultReadAhead); got != 4<<20 {
+		t.Errorf("PartSize 4 MiB: part %d MiB, want 4", got>>20)
+	}
+}

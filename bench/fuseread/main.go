@@ -91,8 +91,15 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := unix.Pwrite(memfd, data, 0); err != nil {
-		log.Fatal(err)
+	// One write moves at most 2 GiB: write until the memfd holds it all,
+	// else splices past that end come back short and a mapping's reader
+	// gets SIGBUS.
+	for off := 0; off < len(data); {
+		n, err := unix.Pwrite(memfd, data[off:], int64(off))
+		if err != nil {
+			log.Fatal(err)
+		}
+		off += n
 	}
 	opts := &fs.Options{MountOptions: fuse.MountOptions{MaxWrite: *maxRead, MaxReadAhead: *maxRead, DirectMount: true, MaxBackground: 64,
 		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP}}

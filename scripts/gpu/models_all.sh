@@ -8,8 +8,9 @@
 #   sharded  a 32 GB checkpoint in 4 shards (SHARDED_GB, SHARDS) loaded by its index;
 #   share    scripts/gpu/share_bench.sh: 8 processes loading the same objects, shared and not;
 #   loaders  scripts/gpu/loaders_ab.sh: load_file against its FUSE ceiling (1 and 4 MiB of kernel
-#            readahead) and with --read-ahead 4MiB, and in-order GPU reads with 8 and with 16
-#            readahead GETs in flight, each setting on two fresh mounts (VARIANTS to change them);
+#            readahead) and with --read-ahead 4MiB, beside s3gds.load_safetensors and in-order
+#            GPU reads, each setting on two fresh mounts (VARIANTS to change them, LOADFILE_CEILING=0
+#            to leave the ceiling out);
 #   peers    scripts/gpu/ml_bench.sh without its dataset: Run:ai's model streamer from S3 beside
 #            load_safetensors and load_file;
 #   check    the CUDA backend's tests on the device (cufile-cuda.test from make gpu-bundle):
@@ -24,7 +25,7 @@ case ${PART:-} in
   loaders)
     OUT=$OUT/loaders GB=${GB:-4} PROGRAMS=${PROGRAMS:-"load loadfile ioctl"} CEILING=0 LOADFILE_CEILING=${LOADFILE_CEILING:-1} \
       LOADFILE_RA_MIBS=${LOADFILE_RA_MIBS:-"1 4"} \
-      VARIANTS=${VARIANTS:-"base=s3gdsfs: s16=s3gdsfs:--gpu-streams=16,--gpu-read-ahead=512MiB ra4=s3gdsfs:--read-ahead=4MiB base2=s3gdsfs: s162=s3gdsfs:--gpu-streams=16,--gpu-read-ahead=512MiB ra42=s3gdsfs:--read-ahead=4MiB"} \
+      VARIANTS=${VARIANTS:-"base=s3gdsfs: ra4=s3gdsfs:--read-ahead=4MiB base2=s3gdsfs: ra42=s3gdsfs:--read-ahead=4MiB"} \
       scripts/gpu/loaders_ab.sh ;;
   peers) OUT=$OUT/peers DATASET=0 ROUNDS=${ROUNDS:-2} GB=${GB:-8} scripts/gpu/ml_bench.sh ;;
   check)

@@ -710,13 +710,12 @@ loop:
 	a.mu.Unlock()
 	var wait time.Duration
 	if copier != nil {
-		t0 := time.Now()
 		// Close synchronises the stream: the bytes have landed once it
-		// returns, and the slots may go back.
+		// returns, and the slots may go back. Its wait is in WaitNanos.
 		if cerr := copier.Close(); err == nil {
 			err = cerr
 		}
-		wait = time.Duration(copier.WaitNanos()) + time.Since(t0)
+		wait = time.Duration(copier.WaitNanos())
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -471,12 +471,12 @@ func (e *Engine) readHTTP(ctx context.Context, r Request, n int64, alloc cufile.
 				return
 			}
 			defer func() {
-				t0 := time.Now()
-				// Close synchronises the stream: the bytes are visible once it returns.
+				// Close synchronises the stream: the bytes are visible once
+				// it returns. Its wait is in WaitNanos.
 				if err := copier.Close(); err != nil {
 					fail(err)
 				}
-				waited.Add(copier.WaitNanos() + int64(time.Since(t0)))
+				waited.Add(copier.WaitNanos())
 			}()
 			for {
 				i := next.Add(1) - 1

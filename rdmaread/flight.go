@@ -313,10 +313,10 @@ func (e *Engine) runFlight(f *flight, stager cufile.Stager) {
 	f.syncs.Wait() // no Drain runs beside Close
 	var copyErr error
 	if copier != nil {
-		t0 := time.Now()
-		// Close synchronises the stream: every copy has landed once it returns.
+		// Close synchronises the stream: every copy has landed once it
+		// returns. Its wait is in WaitNanos.
 		copyErr = copier.Close()
-		e.m.GPUCopyWait.Add((time.Duration(copier.WaitNanos()) + time.Since(t0)).Seconds())
+		e.m.GPUCopyWait.Add(time.Duration(copier.WaitNanos()).Seconds())
 	}
 	f.mu.Lock()
 	if err == nil && f.pos != f.end {

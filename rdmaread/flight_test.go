@@ -80,10 +80,11 @@ func (b *memBody) Read(p []byte) (int, error) {
 func (b *memBody) Close() error { return nil }
 
 type flightEnv struct {
-	e     *Engine
-	store *memStore
-	dir   string
-	m     *metrics.Set
+	e       *Engine
+	store   *memStore
+	dir     string
+	m       *metrics.Set
+	backend cufile.Backend
 }
 
 func newFlightEnv(t *testing.T, size int, cfg Config) *flightEnv {
@@ -103,7 +104,7 @@ func newFlightEnv(t *testing.T, size int, cfg Config) *flightEnv {
 	cfg.Staging = cufile.StagerConfig{SlotSize: 256 << 10, Slots: 64, Streams: 4}
 	e := New(st, b, testConfig(cfg), m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { e.Close() })
-	return &flightEnv{e: e, store: st, dir: dir, m: m}
+	return &flightEnv{e: e, store: st, dir: dir, m: m, backend: b}
 }
 
 func (fe *flightEnv) buffer(t *testing.T, name string, size int) cufile.Handle {

@@ -12,7 +12,9 @@
 # FUSEREAD_GIB GiB that bench/fuseread serves from memory (CEILING), and load_file of the
 # checkpoint it serves from memory, mapped (LOADFILE_CEILING). Writes loaders.jsonl under $OUT, and
 # where.txt: for the preads and load_file of each variant, the daemon's mean time per FUSE read
-# (handler_ms: until its bytes were found; reply_ms: until the reply was written) and per GET.
+# (handler_ms: until its bytes were found; reply_ms: until the reply was written) and per GET;
+# for its in-order GPU reads, the daemon's time per call (gpu_call_ms) and the part of it blocked
+# on device copies (copy_wait_ms), against the reader's time per call (the bytes over GB/s).
 set -euo pipefail
 OUT=${OUT:-/tmp/s3gdsfs-loaders}
 GB=${GB:-8}
@@ -31,7 +33,7 @@ python3 -c 'import boto3; boto3.client("s3", endpoint_url="'$EP'").create_bucket
 python3 scripts/gpu/ml_bench.py upload --endpoint $EP --bucket bench --key ckpt.safetensors --file $CKPT
 P=$MP/ckpt.safetensors
 # counters LABEL: the daemon's counters of FUSE reads and GETs (the metrics' text) to $OUT/counters/LABEL.
-counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|splice_bytes_total|splice_ends_total|splice_reorder_waits_total)' > "$OUT/counters/$1" || true; }
+counters() { mkdir -p "$OUT/counters"; curl -s http://127.0.0.1:9737/metrics | grep -E '^s3gdsfs_(fuse_read_repl|posix_read|s3_request_seconds|s3_received_bytes|block_|read_stream|fuse_requests_total|splice_bytes_total|splice_ends_total|splice_reorder_waits_total|gpu_read_seconds_(sum|count)|gpu_copy_wait_seconds_total|gpu_sched_wait_seconds_(sum|count)|gpu_read_ahead_(served_)?bytes_total)' > "$OUT/counters/$1" || true; }
 # delta A B: what the counters moved between two snapshots, where the time of a FUSE read went.
 delta() {
   python3 - "$OUT/counters/$1" "$OUT/counters/$2" "$2" <<'PY' | tee -a "$OUT/where.txt"
@@ -64,6 +66,14 @@ if g("s3gdsfs_splice_reorder_waits_total"):
 ends = {k.split('"')[1]: v for k, v in m.items() if k.startswith("s3gdsfs_splice_ends_total{")}
 if ends:
     out["splice_ends"] = ends
+# GPU read calls: the daemon's time per call (from the ioctl's arrival to its bytes landed), the
+# part of it blocked on device copies, and what readahead served.
+calls = sum(v for k, v in m.items() if k.startswith("s3gdsfs_gpu_read_seconds_count"))
+if calls:
+    out["gpu_calls"] = calls
+    out["gpu_call_ms"] = round(1e3 * sum(v for k, v in m.items() if k.startswith("s3gdsfs_gpu_read_seconds_sum")) / calls, 3)
+    out["copy_wait_ms"] = round(1e3 * g("s3gdsfs_gpu_copy_wait_seconds_total") / calls, 3)
+    out["ahead_served_gb"] = round(g("s3gdsfs_gpu_read_ahead_served_bytes_total") / 1e9, 3)
 print(out)
 PY
 }
@@ -138,7 +148,11 @@ for v in $VARIANTS; do
   fi
   counters "$name-loadfile"; delta "$name-preads" "$name-loadfile"
   if has ioctl; then
-    for c in 4 64; do run "$name" ioctl --path $P --local $CKPT --chunk-mib $c; done
+    prev="$name-loadfile"
+    for c in 4 64; do
+      run "$name" ioctl --path $P --local $CKPT --chunk-mib $c
+      counters "$name-ioctl$c"; delta "$prev" "$name-ioctl$c"; prev="$name-ioctl$c"
+    done
   fi
   [ -n "$prof" ] && wait $PROF_PID || true
   unmount_s3gdsfs | sed "s/^/$name /" | tee -a "$OUT/daemon_memory.txt"

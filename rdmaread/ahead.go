@@ -22,13 +22,12 @@ package rdmaread
 // Config.ReadAhead (--gpu-read-ahead, 512 MiB by default). After each read
 // in order the range ahead is topped up to the window once a quarter of it
 // (or a read's worth) has been consumed, so that GETs are large: the gap is
-// cut into GETs of the window over aheadGETs (aheadPart: 32 MiB for 512
-// MiB, none under 8 MiB nor over 32 MiB), fetched in offset order, every
-// one of the window at once, each taking its turn in
-// the scheduler like any GET. A whole window is thus its parts' GETs in
-// flight while the reader copies from what has landed: as many as one
-// object on a server needs to reach its rate (docs/benchmarks.md), and
-// independent of Streams, which cuts single reads.
+// cut into GETs of the window over aheadGETs (aheadPart, between minPart
+// and aheadPartMax), fetched in offset order, all of the window's at once,
+// each taking its turn in the scheduler like any GET. A whole window is
+// thus aheadGETs GETs in flight while the reader copies from what has
+// landed: as many as one object on a server needs to reach its rate
+// (docs/benchmarks.md), whatever Streams, which cuts single reads, says.
 //
 // Which reads are in order. One that starts where the last one ended, or,
 // since a reader's threads taking tasks in turn send them a little out of

@@ -4,7 +4,8 @@
 # ranges, 16 streams) and the same programs on a tmpfs copy:
 #   THREADS x CHUNK MiB preads into pinned memory, safetensors.torch.load_file(device="cuda"),
 #   one thread of GPU-read ioctls in order (4 and 64 MiB), s3gds.load_safetensors.
-# PROGRAMS picks which of load, preads, loadfile and ioctl each variant runs (default all); LOADS
+# PROGRAMS picks which of load, preads, loadfile and ioctl each variant runs (default all), IOCTL_MIBS
+# the sizes of the in-order ioctls (default 4 64; one at least the checkpoint's size is one call); LOADS
 # loads with s3gds.load_safetensors on each mount (default 1, the fresh daemon's first).
 # VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
 # commas for spaces). With PROFILE=NAME, that variant's daemon is CPU-profiled across its runs
@@ -149,7 +150,7 @@ for v in $VARIANTS; do
   counters "$name-loadfile"; delta "$name-preads" "$name-loadfile"
   if has ioctl; then
     prev="$name-loadfile"
-    for c in 4 64; do
+    for c in ${IOCTL_MIBS:-4 64}; do
       run "$name" ioctl --path $P --local $CKPT --chunk-mib $c
       counters "$name-ioctl$c"; delta "$prev" "$name-ioctl$c"; prev="$name-ioctl$c"
     done

@@ -47,7 +47,9 @@ package rdmaread
 // What bounds it. Per file, the window; per device, half the staging ring
 // (Staging.Slots/2 slots, by default 128 x 4 MiB = 512 MiB): a file's
 // top-up reserves its slots from that share first and reads ahead only as
-// far as the reservation goes.
+// far as the reservation goes, and no file reserves more than the share
+// over the files reading ahead on the device (a file alone takes all of
+// it; one that took more before others came keeps it until it is read).
 //
 // Counted in s3gdsfs_gpu_read_ahead_bytes_total (fetched ahead),
 // s3gdsfs_gpu_read_ahead_served_bytes_total (delivered from it) and
@@ -154,27 +156,52 @@ type aheadDevice struct {
 	limit  int // slots
 	used   int // reserved or held
 	aheads map[*Ahead]struct{}
+	// held is what each file reserved or holds, files holding none left
+	// out: a file takes no more than its part of the share (fairLocked).
+	held map[*Ahead]int
 }
 
-// reserve takes up to want slots of the share, none unless least are free.
+// reserve takes up to want slots of the share for a, none unless least
+// are free, and no more than a's fair part of the share.
 func (d *aheadDevice) reserve(a *Ahead, want, least int) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := min(want, d.limit-d.used)
+	fair := d.fairLocked(a)
+	// A fair part smaller than a quarter of the window still reads ahead,
+	// in steps of a quarter of that part.
+	least = min(least, max(fair/4, 1))
+	k := min(want, d.limit-d.used, fair-d.held[a])
 	if k <= 0 || k < least {
 		return 0
 	}
 	d.used += k
+	d.held[a] += k
 	d.aheads[a] = struct{}{}
 	return k
 }
 
-func (d *aheadDevice) give(k int) {
+// fairLocked is a's part of the share: the share over the files reading
+// ahead on the device, a among them. One file alone may take all of it;
+// a second in-order reader on the device is not left to read without
+// readahead while the first holds the share (a file over its part keeps
+// what it holds and takes no more until it is back under).
+func (d *aheadDevice) fairLocked(a *Ahead) int {
+	n := len(d.held)
+	if d.held[a] == 0 {
+		n++
+	}
+	return max(d.limit/n, 1)
+}
+
+func (d *aheadDevice) give(a *Ahead, k int) {
 	if k == 0 {
 		return
 	}
 	d.mu.Lock()
 	d.used -= k
+	if d.held[a] -= k; d.held[a] <= 0 {
+		delete(d.held, a)
+	}
 	d.mu.Unlock()
 }
 
@@ -219,7 +246,7 @@ func (e *Engine) aheadDev(device int) *aheadDevice {
 	defer e.mu.Unlock()
 	d, ok := e.aheadDevs[device]
 	if !ok {
-		d = &aheadDevice{limit: max(1, e.cfg.Staging.Slots/2), aheads: map[*Ahead]struct{}{}}
+		d = &aheadDevice{limit: max(1, e.cfg.Staging.Slots/2), aheads: map[*Ahead]struct{}{}, held: map[*Ahead]int{}}
 		e.aheadDevs[device] = d
 	}
 	return d
@@ -351,11 +378,11 @@ func (a *Ahead) sweepLocked(s *segment) {
 		}
 		s.stager.ReleaseSlot(slot)
 		s.slots[i] = nil
-		s.dev.give(1)
+		s.dev.give(a, 1)
 	}
 	if s.done && !s.fetchEndReported {
 		s.fetchEndReported = true
-		s.dev.give(s.reserved - len(s.slots))
+		s.dev.give(a, s.reserved-len(s.slots))
 	}
 }
 

@@ -308,3 +308,50 @@ func TestAheadPartIsTheWindowOverItsGETs(t *testing.T) {
 		t.Errorf("PartSize 4 MiB: part %d MiB, want 4", got>>20)
 	}
 }
+
+// Two files read in order on one device share its readahead: the first,
+// which took the whole share while alone, takes no more than half once the
+// second reads ahead too, and the second's reads find bytes read ahead for
+// them instead of each waiting on a GET of its own.
+func TestAheadTwoFilesShareTheDevice(t *testing.T) {
+	const size, step = 32 << 20, 256 << 10
+	fe := aheadEnv(t, size, 8<<20) // the share: 32 slots of 256 KiB, 8 MiB
+	hA, hB := fe.buffer(t, "dstA", size), fe.buffer(t, "dstB", size)
+	a, b := NewAhead(), NewAhead()
+	defer a.Close()
+	defer b.Close()
+	readInOrder(t, fe, a, hA, 0, 2<<20, step) // alone: its window grows to the whole share
+	d := fe.e.aheadDev(0)
+	held := func(x *Ahead) int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.held[x]
+	}
+	if got := held(a); got <= d.limit/2 {
+		t.Fatalf("a file alone holds %d of %d slots: want more than half", got, d.limit)
+	}
+	servedBefore := fe.counter(t, "s3gdsfs_gpu_read_ahead_served_bytes_total")
+	getsBefore := fe.store.gets.Load()
+	for off := int64(0); off < 16<<20; off += step {
+		readInOrder(t, fe, a, hA, 2<<20+off, 2<<20+off+step, step)
+		readInOrder(t, fe, b, hB, off, off+step, step)
+	}
+	if got := held(a); got > d.limit/2 {
+		t.Errorf("the first file holds %d of %d slots beside a second reader: want at most half", got, d.limit)
+	}
+	if held(b) == 0 {
+		t.Errorf("the second file holds no readahead slots")
+	}
+	// 128 reads of the two: without readahead for the second, its 64
+	// reads alone would be 64 GETs.
+	served := fe.counter(t, "s3gdsfs_gpu_read_ahead_served_bytes_total") - servedBefore
+	if gets := fe.store.gets.Load() - getsBefore; gets > 40 || served < 28<<20 {
+		t.Errorf("two files' 32 MiB read in order: %d GETs, %v bytes from readahead; want few GETs and most bytes read ahead", gets, served)
+	}
+	if err := fe.check("dstA", 0, 18<<20, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fe.check("dstB", 0, 16<<20, 0); err != nil {
+		t.Fatal(err)
+	}
+}

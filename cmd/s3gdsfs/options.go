@@ -214,7 +214,7 @@ func mountOptions(mf *mountFlags) []option {
 		{name: "gpu-part-size", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.PartSize), def: "`0` (parts sized by load)", advanced: true,
 			help: "largest range of one GET of a GPU read (0 or at least 1MiB), streamed through the staging slots"},
 		{name: "gpu-read-ahead", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.ReadAhead), advanced: true,
-			help: "largest window by which an open file's GPU reads in order are read ahead into staging (0: off; else at least 1MiB); a GPU's readahead holds at most half its `--staging-slots`"},
+			help: "largest window by which an open file's GPU reads in order are read ahead into staging (0: off; else at least 1MiB); a GPU's readahead holds at most half its `--staging-slots`, shared evenly among the files reading ahead on it"},
 		{name: "gpu-max-ops", group: groupGPU, arg: "N", value: (*intValue)(&c.GPU.MaxOps), advanced: true,
 			help: "server operations of GPU reads in flight, across all callers"},
 		{name: "gpu-max-bytes", group: groupGPU, arg: "SIZE", value: (*cli.Size)(&c.GPU.MaxBytes), advanced: true,

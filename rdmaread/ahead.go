@@ -115,7 +115,6 @@ type Ahead struct {
 	// the read still due. earlyTo 0: none.
 	earlyFrom, earlyTo int64
 	segs               []*segment // in offset order, contiguous, from the oldest kept
-	running            int        // segments fetching
 	changed            chan struct{}
 	closed             bool
 }
@@ -543,7 +542,6 @@ func (a *Ahead) pumpLocked() {
 			continue
 		}
 		s.started = true
-		a.running++
 		a.e.aheadGets.Add(1)
 		go a.fetch(a.e, s)
 	}
@@ -628,7 +626,6 @@ func (a *Ahead) fetched(s *segment, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s.done = true
-	a.running--
 	if err != nil && !s.dropped {
 		a.e.log.Debug("GPU readahead cut short", "bucket", a.object.bucket, "key", a.object.key,
 			"offset", s.filled, "err", err)

@@ -26,13 +26,12 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,10 +77,10 @@ func main() {
 	maxRead := flag.Int("max-read", 1<<20, "")
 	from := flag.String("file", "", "serve this file's bytes instead of the pattern")
 	readAhead := flag.Int64("read-ahead", 0, "the mount's kernel readahead in bytes (0: the kernel's)")
-	poll := flag.Duration("poll", defaultPoll(), "how long a thread that has just replied polls for the next request (0: a blocking read), as the daemon's --fuse-poll")
+	poll := flag.Duration("poll", daemon.Default().FS.PollRequests, "how long a thread that has just replied polls for the next request (0: a blocking read), as the daemon's --fuse-poll")
 	flag.Parse()
 	if flag.NArg() != 1 || *size <= 0 || (mode != "writev" && mode != "splice") {
-		log.Fatal("usage: fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--read-ahead BYTES] MOUNTPOINT")
+		log.Fatal("usage: fuseread [--size BYTES | --file PATH] [--max-read BYTES] [--mode writev|splice] [--read-ahead BYTES] [--poll DURATION] MOUNTPOINT")
 	}
 	var err error
 	if *from != "" {
@@ -131,12 +130,4 @@ func main() {
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
 	go func() { <-c; srv.Unmount() }()
 	srv.Wait()
-}
-
-// defaultPoll is the daemon's default --fuse-poll (daemon/config.go).
-func defaultPoll() time.Duration {
-	if runtime.NumCPU() >= 8 {
-		return time.Millisecond
-	}
-	return 0
 }

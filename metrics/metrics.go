@@ -203,7 +203,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		Name: "s3gdsfs_uploads_in_flight", Help: "Files open for writing whose upload has not ended.",
 	})
 	s.UploadPartRetries = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3gdsfs_upload_part_retries_total", Help: "Upload requests (parts, PUTs, completions) sent again after a transient failure.",
+		Name: "s3gdsfs_upload_part_retries_total", Help: "Upload requests (parts, PUTs, completions, aborts) sent again after a transient failure.",
 	})
 	s.UploadsDone = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_uploads_total", Help: "Uploads ended, by outcome: completed (the object is visible) or aborted (nothing is).",

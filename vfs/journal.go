@@ -155,7 +155,11 @@ func (f *FS) abortJournal(ctx context.Context, name string) (int, error) {
 			kept++ // another mount's, which its own start aborts
 			continue
 		}
-		err := f.w.up.AbortMultipart(ctx, l.Bucket, l.Key, l.UploadID)
+		// A server may refuse the abort of an upload whose last part it is
+		// still taking in from the killed daemon: that is transient.
+		err := f.retryWrite(ctx, func(ctx context.Context) error {
+			return f.w.up.AbortMultipart(ctx, l.Bucket, l.Key, l.UploadID)
+		})
 		switch {
 		case err == nil:
 			aborted++

@@ -146,6 +146,10 @@ func Start(cfg Config, with ...Part) (*Daemon, error) {
 	// and filling ahead made a single reader slower, on 16 it took the
 	// splice out of each request's chain (docs/benchmarks.md, "Defaults and why").
 	cfg.Core.SpliceAhead = cfg.Core.Splice && cfg.FS.PollRequests > 0
+	cfg.Core.KernelReadAhead = cfg.ReadAhead
+	if cfg.ReadAhead == 0 {
+		cfg.Core.KernelReadAhead = kernelReadAhead
+	}
 	d.cfg = cfg
 	core, err = vfs.New(store, cfg.Core, d.Metrics, cfg.Log)
 	if err != nil {

@@ -9,6 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// kernelReadAhead is FUSE's readahead where the mount sets none.
+const kernelReadAhead = 128 << 10
+
 // setReadAhead raises the kernel's readahead for the mount. FUSE caps what
 // a filesystem may ask for at mount time at 128 KiB; the mount's backing
 // device in sysfs takes larger values, and sequential readers then reach

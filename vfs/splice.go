@@ -181,7 +181,7 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		// ends there.
 		if !streams || cached || feed.next.Load() == off {
 			if cached {
-				feed.awaitReader(ctx, off, int64(n), h.f.m.SpliceReorderWaits)
+				feed.awaitReader(ctx, off, s.reorderReach(n), h.f.cfg.ReadTimeout, h.f.m.SpliceReorderWaits)
 			}
 			return s.serve(ctx, feed, off, n)
 		}
@@ -198,11 +198,11 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		s.feed.Store(feed)
 		s.opened()
 		return s.serve(ctx, feed, off, n)
-	} else if cached && off > 0 && off <= reorderWindow*int64(n) && s.awaitFirst(h) {
+	} else if cached && off > 0 && off <= s.reorderReach(n) && s.awaitFirst(h) {
 		// A read the kernel sent with the first: the feed serves it in
 		// its turn.
 		if feed := s.feed.Load(); feed != nil {
-			feed.awaitReader(ctx, off, int64(n), h.f.m.SpliceReorderWaits)
+			feed.awaitReader(ctx, off, s.reorderReach(n), h.f.cfg.ReadTimeout, h.f.m.SpliceReorderWaits)
 			return s.serve(ctx, feed, off, n)
 		}
 	}
@@ -227,11 +227,12 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 // opened says the read at 0 has opened its whole-object GET or will not.
 func (s *splicer) opened() { s.firstOnce.Do(func() { close(s.first) }) }
 
-// awaitFirst waits, up to reorderWait, for the whole-object GET of a
-// handle whose read at 0 is opening it or has yet to come: the kernel
-// sends a mapping's first reads together, and the later ones may reach
-// the daemon first. It reports whether the wait ended with the GET
-// decided (its feed then in s.feed, or none).
+// awaitFirst waits for the whole-object GET of a handle whose read at 0
+// is opening it or has yet to come: the kernel sends a mapping's first
+// reads together, and the later ones may reach the daemon first. It waits
+// reorderWait for the read at 0, and while that read opens the GET (up to
+// the mount's read timeout, which bounds the GET too). It reports whether
+// the wait ended with the GET decided (its feed then in s.feed, or none).
 func (s *splicer) awaitFirst(h *Handle) bool {
 	if !s.opening.Load() && !h.st.spliceUntried(h) {
 		return false
@@ -239,11 +240,17 @@ func (s *splicer) awaitFirst(h *Handle) bool {
 	h.f.m.SpliceReorderWaits.Inc()
 	t := time.NewTimer(reorderWait)
 	defer t.Stop()
-	select {
-	case <-s.first:
-		return true
-	case <-t.C:
-		return false
+	deadline := time.Now().Add(h.f.cfg.ReadTimeout)
+	for {
+		select {
+		case <-s.first:
+			return true
+		case <-t.C:
+			if !s.opening.Load() || time.Now().After(deadline) {
+				return false
+			}
+			t.Reset(reorderWait)
+		}
 	}
 }
 
@@ -481,27 +488,39 @@ func (feed *spliceFeed) wake() {
 }
 
 // reorderWindow is how many reads' worth ahead of the feed a page-cache
-// read may come and still wait for its turn; reorderWait is how long it
-// waits for the reads before it.
-const (
-	reorderWindow = 4
-	reorderWait   = 5 * time.Millisecond
-)
+// read may come and still wait for its turn, at the least; reorderWait is
+// how long it waits for the feed to move (the reads before it to be
+// served).
+const reorderWindow = 4
+
+var reorderWait = 5 * time.Millisecond // a variable for tests on loaded machines
+
+// reorderReach is how far ahead of the feed a page-cache read of n bytes
+// may come and still wait for its turn: reorderWindow reads, or two of the
+// kernel's readahead windows (the one being read and the one it sends
+// ahead as the reader reaches its mark), whichever is more.
+func (s *splicer) reorderReach(n int) int64 {
+	return max(reorderWindow*int64(n), 2*s.h.f.cfg.KernelReadAhead)
+}
 
 // awaitReader waits, briefly, for the feed to reach off when a page-cache
-// read of n bytes at off came ahead of it. The kernel's readahead sends a
+// read at off came ahead of it, by no more than reach. The kernel's readahead sends a
 // reader's next requests together, and they reach the daemon in either
 // order; served as they come, the one that overtook would end the
-// whole-object GET, and the blocks would serve the rest of the file. A
-// read the feed does not reach within reorderWait (the reader went
-// elsewhere) is served as before: it ends the GET.
-func (feed *spliceFeed) awaitReader(ctx context.Context, off, n int64, waits interface{ Add(float64) }) {
-	if next := feed.next.Load(); off <= next || off-next > reorderWindow*n {
+// whole-object GET, and the blocks would serve the rest of the file. It
+// waits while the feed moves or a read holds its turn (with a large
+// readahead the reads before it may take longer than reorderWait all
+// told), up to wait (the mount's read timeout). A read the feed stops
+// short of, idle, for reorderWait (the reader went elsewhere) is served as
+// before: it ends the GET.
+func (feed *spliceFeed) awaitReader(ctx context.Context, off, reach int64, wait time.Duration, waits interface{ Add(float64) }) {
+	if next := feed.next.Load(); off <= next || off-next > reach {
 		return
 	}
 	waits.Add(1)
 	t := time.NewTimer(reorderWait)
 	defer t.Stop()
+	deadline := time.Now().Add(wait)
 	for {
 		feed.movedMu.Lock()
 		if feed.next.Load() >= off || feed.ended.Load() {
@@ -515,8 +534,12 @@ func (feed *spliceFeed) awaitReader(ctx context.Context, off, n int64, waits int
 		feed.movedMu.Unlock()
 		select {
 		case <-moved:
+			t.Reset(reorderWait)
 		case <-t.C:
-			return
+			if len(feed.turn) == 0 || time.Now().After(deadline) {
+				return
+			}
+			t.Reset(reorderWait) // a read or its reply holds the turn
 		case <-ctx.Done():
 			return
 		}

@@ -27,6 +27,9 @@ type rawMemStore struct {
 	// cutAt, when set, has the server close the connection after that
 	// many bytes of a body: a GET that fails while it is read.
 	cutAt int
+	// headDelay, when set, holds each reply back that long: a GET slow
+	// to open.
+	headDelay time.Duration
 }
 
 // rawConns holds, for each test, the client end of its latest raw GET.
@@ -77,6 +80,7 @@ func (r rawMemStore) GetRaw(ctx context.Context, bucket, key string, off, n int6
 			return
 		}
 		defer c.Close()
+		time.Sleep(r.headDelay)
 		small := 0
 		if r.segment > 0 {
 			small = len(sent)

@@ -431,6 +431,84 @@ func TestPageCacheReadsThatComeSwappedKeepTheWholeObjectGET(t *testing.T) {
 	wantOneSplicedGET(t, f, size)
 }
 
+// With a large kernel readahead a mapping's reader has two windows of
+// requests out at once: a page-cache read that comes that far ahead of the
+// whole-object GET waits for it as long as the reads before it keep it
+// moving, though they take longer than reorderWait all told, and the one
+// GET serves the file to its end.
+func TestPageCacheReadTwoReadaheadWindowsAheadWaitsWhileTheGETMoves(t *testing.T) {
+	const size, step = 16 << 20, 1 << 20
+	defer func(w time.Duration) { reorderWait = w }(reorderWait)
+	reorderWait = 200 * time.Millisecond
+	data, f, h := splicedObject(t, size, 22, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways, KernelReadAhead: 4 << 20})
+	read := pageCacheReads(h, data, step)
+	if err := read(0); err != nil {
+		t.Fatal(err)
+	}
+	// 6 MiB ahead of the GET: more than reorderWindow reads, within two
+	// windows of 4 MiB.
+	far := int64(7 * step)
+	ahead := make(chan error, 1)
+	go func() { ahead <- read(far) }()
+	awaitReorderWaits(t, f, 1)
+	for off := int64(step); off < far; off += step {
+		time.Sleep(reorderWait / 4) // 1.5 reorderWaits before the last comes
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+	for off := far + step; off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantOneSplicedGET(t, f, size)
+}
+
+// A page-cache read ahead of the whole-object GET waits while the reply
+// before it holds the GET's turn (go-fuse has yet to write it), however
+// long: the reads before it are under way, not gone elsewhere.
+func TestPageCacheReadAheadWaitsWhileAReplyHoldsTheTurn(t *testing.T) {
+	const size, step = 8 << 20, 1 << 20
+	defer func(w time.Duration) { reorderWait = w }(reorderWait)
+	reorderWait = 50 * time.Millisecond
+	data, f, h := splicedObject(t, size, 23, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	read := pageCacheReads(h, data, step)
+	if err := read(0); err != nil {
+		t.Fatal(err)
+	}
+	held, err := h.ReadPageCache(context.Background(), step, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Pipe == nil {
+		t.Fatal("the read at 1 MiB was not spliced")
+	}
+	ahead := make(chan error, 1)
+	go func() { ahead <- read(3 * step) }()
+	awaitReorderWaits(t, f, 1)
+	time.Sleep(3 * reorderWait)
+	b, err := replyBytes(held)
+	if err != nil || !bytes.Equal(b, data[step:2*step]) {
+		t.Fatalf("the held reply: %v, or not the object's bytes", err)
+	}
+	if err := read(2 * step); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(4 * step); off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantOneSplicedGET(t, f, size)
+}
+
 // The read at 0 may reach the daemon after the one the kernel sent with
 // it: the later read waits for the whole-object GET the read at 0 opens,
 // and is served from it in its turn.
@@ -445,6 +523,39 @@ func TestPageCacheReadBeforeTheFirstWaitsForTheWholeObjectGET(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(2 * step); off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantOneSplicedGET(t, f, size)
+}
+
+// A read the kernel sent with the first waits for the whole-object GET
+// while the read at 0 opens it, however long the server takes to answer.
+func TestPageCacheReadBeforeTheFirstWaitsWhileTheGETOpens(t *testing.T) {
+	const size, step = 4 << 20, 1 << 20
+	defer func(w time.Duration) { reorderWait = w }(reorderWait)
+	reorderWait = 50 * time.Millisecond
+	ms := newMemStore()
+	data := randomBytes(size, 24)
+	ms.put("b", "obj", data, "e1")
+	f := newTestFS(t, rawMemStore{memStore: ms, t: t, headDelay: 3 * reorderWait}, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	h := openSpliced(t, f, "obj")
+	read := pageCacheReads(h, data, step)
+	first := make(chan error, 1)
+	go func() { first <- read(0) }()
+	for deadline := time.Now().Add(5 * time.Second); !h.spliced.opening.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the read at 0 did not open the GET")
+		}
+	}
+	if err := read(step); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
 	for off := int64(2 * step); off < size; off += step {

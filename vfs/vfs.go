@@ -93,6 +93,10 @@ type Config struct {
 	// shorter chain per request where a CPU is free for it, a longer one
 	// where the reader must wait for that CPU (splice.go).
 	SpliceAhead bool
+	// KernelReadAhead is the kernel's readahead for the mount: the page
+	// cache's requests for a reader in order come up to two of its
+	// windows ahead of the read the whole-object GET is at (splice.go).
+	KernelReadAhead int64
 }
 
 // DefaultConfig is the core's configuration where a mount sets nothing,

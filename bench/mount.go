@@ -1,16 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/mountinfo"
 )
 
 const (
@@ -210,41 +210,18 @@ func isMounted(dir string) bool {
 
 // mountsUnder lists mountpoints at or below dir.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	dir = filepath.Clean(dir)
 	var found []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			found = append(found, mp)
+	for _, m := range all {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			found = append(found, m.Point)
 		}
 	}
-	return found, sc.Err()
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for space).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if c, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(c))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return found, nil
 }
 
 // removeUnlessMounted deletes dir, but never recurses into a live mount:

@@ -1,12 +1,11 @@
 package csi
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,40 +14,8 @@ import (
 // It reads mountinfo rather than comparing stat's devices: a mount whose
 // daemon died answers stat with ENOTCONN.
 func isMountPoint(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	want := filepath.Clean(path)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == want {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	at, err := mountinfo.At(filepath.Clean(path))
+	return len(at) > 0, err
 }
 
 // bindMount mounts src at dst (made if missing), read-only if asked:

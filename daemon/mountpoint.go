@@ -7,10 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/s3gdsfs/s3gdsfs/internal/mountinfo"
 )
 
 // probeTimeout bounds the statfs that asks a FUSE mount found at the
@@ -71,42 +72,17 @@ func fuseMountsAt(dir string) []mountEntry {
 	if parent, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		abs = filepath.Join(parent, filepath.Base(abs))
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	at, err := mountinfo.At(abs)
 	if err != nil {
 		return nil
 	}
 	var found []mountEntry
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 2 {
-			continue
+	for _, m := range at {
+		if m.FSType == "fuse" || strings.HasPrefix(m.FSType, "fuse.") {
+			found = append(found, mountEntry{fsType: m.FSType, source: m.Source})
 		}
-		if unescapeMountinfo(f[4]) != abs || (g[0] != "fuse" && !strings.HasPrefix(g[0], "fuse.")) {
-			continue
-		}
-		found = append(found, mountEntry{fsType: g[0], source: unescapeMountinfo(g[1])})
 	}
 	return found
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // probeFUSE asks the FUSE mount at dir for its statfs, which the kernel

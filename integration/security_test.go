@@ -44,6 +44,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/daemon"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultproxy"
 	"github.com/s3gdsfs/s3gdsfs/internal/faultstore"
+	"github.com/s3gdsfs/s3gdsfs/internal/mountinfo"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -51,33 +52,18 @@ import (
 // mount at mp from /proc/self/mountinfo.
 func mountOptions(t *testing.T, mp string) (mountOpts, superOpts []string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	at, err := mountinfo.At(mp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		before, after, ok := strings.Cut(line, " - ")
-		f := strings.Fields(before)
-		if !ok || len(f) < 6 || unescapeMountinfo(f[4]) != mp {
-			continue
-		}
-		g := strings.Fields(after)
-		if len(g) < 3 {
-			t.Fatalf("mountinfo line %q", line)
-		}
-		if !strings.HasPrefix(g[0], "fuse.") {
-			t.Fatalf("%s is a %s mount", mp, g[0])
-		}
-		return strings.Split(f[5], ","), strings.Split(g[2], ",")
+	if len(at) == 0 {
+		t.Fatalf("%s not in /proc/self/mountinfo", mp)
 	}
-	t.Fatalf("%s not in /proc/self/mountinfo", mp)
-	return nil, nil
-}
-
-func unescapeMountinfo(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
+	m := at[len(at)-1]
+	if !strings.HasPrefix(m.FSType, "fuse.") {
+		t.Fatalf("%s is a %s mount", mp, m.FSType)
+	}
+	return m.Options, m.SuperOptions
 }
 
 // Other users are let in only when asked, and the kernel always enforces

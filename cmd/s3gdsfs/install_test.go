@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3gdsfs/s3gdsfs/internal/mountinfo"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 )
 
@@ -491,21 +492,14 @@ func fileExists(p string) bool {
 // mountType is the filesystem type of the mount at dir.
 func mountType(t *testing.T, dir string) string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	at, err := mountinfo.At(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == dir {
-			for i, w := range f {
-				if w == "-" && i+1 < len(f) {
-					return f[i+1]
-				}
-			}
-		}
+	if len(at) == 0 {
+		return ""
 	}
-	return ""
+	return at[len(at)-1].FSType
 }
 
 // processesNaming lists the processes with arg among their arguments.

@@ -21,6 +21,7 @@ import (
 	"github.com/s3gdsfs/s3gdsfs/abi"
 	"github.com/s3gdsfs/s3gdsfs/client/go/s3gds"
 	"github.com/s3gdsfs/s3gdsfs/daemon"
+	"github.com/s3gdsfs/s3gdsfs/internal/mountinfo"
 	"github.com/s3gdsfs/s3gdsfs/internal/testenv"
 	"github.com/s3gdsfs/s3gdsfs/metrics"
 	"github.com/s3gdsfs/s3gdsfs/vfs"
@@ -259,17 +260,7 @@ func TestStartupFailuresAreClearAndQuick(t *testing.T) {
 
 func isMounted(t *testing.T, dir string) bool {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
+	return mountsAt(t, dir) > 0
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -450,17 +441,11 @@ func startMount(t *testing.T, srv *testenv.Server, mp string, stderr *testenv.Sy
 
 func mountsAt(t *testing.T, dir string) int {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	at, err := mountinfo.At(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			n++
-		}
-	}
-	return n
+	return len(at)
 }
 
 // Within --meta-ttl of a SIGKILL the kernel still answers a stat of the

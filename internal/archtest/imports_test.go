@@ -31,9 +31,10 @@ var rules = []rule{
 			"/abi":              "the extended attributes `stats` prints",
 		},
 		testsOnly: map[string]string{
-			"/metrics":          "a core made from the command's configuration needs a counter set",
-			"/internal/testenv": "a real S3 server and the FUSE checks",
-			"/client/go/s3gds":  "GPU reads through a mount the command started",
+			"/metrics":            "a core made from the command's configuration needs a counter set",
+			"/internal/testenv":   "a real S3 server and the FUSE checks",
+			"/client/go/s3gds":    "GPU reads through a mount the command started",
+			"/internal/mountinfo": "what the kernel's table says is mounted where",
 		},
 	},
 	{

@@ -12,13 +12,13 @@ import (
 // of lower layers (tests aside), so a room never reaches up into one that
 // uses it. A new package gets its row here, with the layer its imports allow.
 var layers = [][]string{
-	// Leaves: contracts and helpers that import nothing of the module (the
-	// CSI driver runs the command as a program, importing none of it).
-	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/faultproxy", "internal/testenv", "internal/archtest", "csi",
+	// Leaves: contracts and helpers that import nothing of the module.
+	{"abi", "rdmatoken", "internal/errno", "internal/setting", "internal/mountinfo", "internal/faultproxy", "internal/testenv", "internal/archtest",
 		"cufile-preload", "client/python/gotest", "integration"},
-	// Clients of the ABI, the counters, the memory rooms' contract, and the
-	// GPU reads' scheduler.
-	{"client/go/s3gds", "metrics", "cache", "cufile", "rdmaread/sched"},
+	// Clients of the ABI, the counters, the memory rooms' contract, the
+	// GPU reads' scheduler, and the CSI driver (which runs the command as a
+	// program, importing none of it).
+	{"client/go/s3gds", "metrics", "cache", "cufile", "rdmaread/sched", "csi"},
 	// The S3 layer, the staging ring every memory backend copies through,
 	// and RDMA token minting.
 	{"objstore", "cufile/staging", "rdmaread/mint", "internal/cufiletest"},

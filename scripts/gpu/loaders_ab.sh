@@ -3,8 +3,9 @@
 # each against the bound measured in the same run (raw ranged GETs of the checkpoint, 64 MiB
 # ranges, 16 streams) and the same programs on a tmpfs copy:
 #   THREADS x CHUNK MiB preads into pinned memory, safetensors.torch.load_file(device="cuda"),
+#   load_file onto the CPU and then each tensor to the device (loadcpu: load_state_dict, then .cuda()),
 #   one thread of GPU-read ioctls in order (4 and 64 MiB), s3gds.load_safetensors.
-# PROGRAMS picks which of load, preads, loadfile and ioctl each variant runs (default all), IOCTL_MIBS
+# PROGRAMS picks which of load, preads, loadfile, loadcpu and ioctl each variant runs (default all), IOCTL_MIBS
 # the sizes of the in-order ioctls (default 4 64; one at least the checkpoint's size is one call); LOADS
 # loads with s3gds.load_safetensors on each mount (default 1, the fresh daemon's first).
 # VARIANTS is a list of NAME=BUILD:FLAGS (BUILD: s3gdsfs, or a name under .dev/alt; FLAGS with
@@ -78,8 +79,8 @@ if calls:
 print(out)
 PY
 }
-# has PROGRAM: whether PROGRAMS (default: all of load preads loadfile ioctl) names it.
-has() { [[ " ${PROGRAMS:-load preads loadfile ioctl} " == *" $1 "* ]]; }
+# has PROGRAM: whether PROGRAMS (default: all of load preads loadfile loadcpu ioctl) names it.
+has() { [[ " ${PROGRAMS:-load preads loadfile loadcpu ioctl} " == *" $1 "* ]]; }
 run() { local label=$1; shift; echo "-- $label $*"; CPU_PIDS="versitygw=$VGW daemon=${DAEMON:-}" python3 scripts/gpu/models.py "$@" --variant "$label" | tee -a "$J" || echo "{\"kind\":\"failed\",\"label\":\"$label\"}" | tee -a "$J"; }
 bound() {
   "$BIN/s3load" get --endpoint $EP --bucket bench --keys ckpt.safetensors --part $((64 << 20)) --workers 16 \
@@ -93,6 +94,7 @@ bound bound-first
 python3 scripts/gpu/host_copy.py --threads "$THREADS" --gib 4 | tee -a "$J" || true
 run tmpfs preads --path $CKPT --local $CKPT --threads "$THREADS" --chunk-mib "$CHUNK"
 run tmpfs loadfile --path $CKPT --local $CKPT
+if has loadcpu; then run tmpfs loadcpu --path $CKPT --local $CKPT; fi
 # The FUSE ceiling: the same preads of a file go-fuse serves from memory (bench/fuseread), with
 # 1 MiB and 4 MiB requests: what any FUSE filesystem reaches on this machine.
 # CEILING=0 leaves them out.
@@ -148,8 +150,12 @@ for v in $VARIANTS; do
     drop_page_cache; run "$name" loadfile --path $P --local $CKPT
   fi
   counters "$name-loadfile"; delta "$name-preads" "$name-loadfile"
+  if has loadcpu; then
+    drop_page_cache; run "$name" loadcpu --path $P --local $CKPT
+  fi
+  counters "$name-loadcpu"; delta "$name-loadfile" "$name-loadcpu"
   if has ioctl; then
-    prev="$name-loadfile"
+    prev="$name-loadcpu"
     for c in ${IOCTL_MIBS:-4 64}; do
       run "$name" ioctl --path $P --local $CKPT --chunk-mib $c
       counters "$name-ioctl$c"; delta "$prev" "$name-ioctl$c"; prev="$name-ioctl$c"

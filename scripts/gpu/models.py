@@ -4,6 +4,8 @@
   models.py preads --path P --local L --threads T --chunk-mib N
                                                        T threads of preads into pinned memory
   models.py loadfile --path P --local L                safetensors.torch.load_file(device="cuda")
+  models.py loadcpu --path P --local L                 load_file(path) onto the CPU, then each tensor
+                                                       .to("cuda") (load_state_dict, then .cuda())
   models.py load --path P --local L                    s3gds.load_safetensors(device="cuda")
   models.py kvikio --path P --local L                  kvikio.CuFile(path).pread at its defaults
   models.py gds --path P --local L                     torch.cuda.gds.GdsFile(path).load_storage
@@ -191,6 +193,19 @@ def loadfile(a):
     emit("load_file", a, secs, same_tensors(got, load_file(a.local, device="cuda")))
 
 
+def loadcpu(a):
+    import torch
+    from safetensors.torch import load_file
+    torch.cuda.synchronize()
+    t0 = start_clock()
+    # The tensors map the file; the copies to the device fault it in,
+    # tensor by tensor, after load_file has touched each one's first page.
+    got = {k: v.to("cuda") for k, v in load_file(a.path).items()}
+    torch.cuda.synchronize()
+    secs = stop_clock(t0)
+    emit("load_file_cpu", a, secs, same_tensors(got, load_file(a.local, device="cuda")))
+
+
 def load(a):
     import torch
     import s3gds
@@ -338,7 +353,7 @@ def main():
     g.add_argument("--out", required=True)
     g.add_argument("--gb", type=float, default=6)
     g.add_argument("--shards", type=int, default=4)
-    cmds = {"ioctl": ioctl, "preads": preads, "loadfile": loadfile, "load": load, "kvikio": kvikio_pread, "gds": gds,
+    cmds = {"ioctl": ioctl, "preads": preads, "loadfile": loadfile, "loadcpu": loadcpu, "load": load, "kvikio": kvikio_pread, "gds": gds,
             "pretrained": pretrained, "remote": remote}
     for name in cmds:
         p = sub.add_parser(name)

@@ -23,7 +23,7 @@ case ${PART:-} in
   sharded) OUT=$OUT/sharded GB=1 MODEL_GB=0 SHARDED_GB=${SHARDED_GB:-32} scripts/gpu/models.sh ;;
   share) OUT=$OUT/share ROUNDS=${ROUNDS:-2} scripts/gpu/share_bench.sh ;;
   loaders)
-    OUT=$OUT/loaders GB=${GB:-4} PROGRAMS=${PROGRAMS:-"load loadfile ioctl"} CEILING=0 LOADFILE_CEILING=${LOADFILE_CEILING:-1} \
+    OUT=$OUT/loaders GB=${GB:-4} PROGRAMS=${PROGRAMS:-"load loadfile loadcpu ioctl"} CEILING=0 LOADFILE_CEILING=${LOADFILE_CEILING:-1} \
       LOADFILE_RA_MIBS=${LOADFILE_RA_MIBS:-"1 4"} \
       VARIANTS=${VARIANTS:-"base=s3gdsfs: ra4=s3gdsfs:--read-ahead=4MiB base2=s3gdsfs: ra42=s3gdsfs:--read-ahead=4MiB"} \
       scripts/gpu/loaders_ab.sh ;;

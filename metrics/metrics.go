@@ -90,6 +90,12 @@ type Set struct {
 	// SpliceReorderWaits counts page-cache reads that came ahead of a
 	// whole-object GET's reader and waited for the reads before them.
 	SpliceReorderWaits prometheus.Counter
+	// SpliceAsideReads counts page-cache reads elsewhere than a
+	// whole-object GET stands, served from the blocks while the GET waits
+	// for its reader; SpliceSkippedBytes the GET's bytes passed over
+	// unread where its reader stepped over pages it had.
+	SpliceAsideReads   prometheus.Counter
+	SpliceSkippedBytes prometheus.Counter
 
 	// FuseRequests counts FUSE requests by how a daemon thread waited for
 	// them (wait: polled, slept, blocked; --fuse-poll), read from the
@@ -241,6 +247,12 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 	s.SpliceReorderWaits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "s3gdsfs_splice_reorder_waits_total", Help: "Page-cache reads that reached the daemon ahead of the read before them (the kernel's readahead sends a few at once) and waited, briefly, for it, so that the whole-object spliced GET goes on.",
 	})
+	s.SpliceAsideReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_aside_reads_total", Help: "Page-cache reads elsewhere than a whole-object spliced GET stands (a mapping's reader touching each tensor before reading them in order), served from the blocks while the GET waits for its reader to come back.",
+	})
+	s.SpliceSkippedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "s3gdsfs_splice_skipped_bytes_total", Help: "Bytes of whole-object spliced GETs passed over unread: the reader stepped over pages the page cache had (read aside, or before).",
+	})
 	s.GPUReadBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "s3gdsfs_gpu_read_bytes_total", Help: "Bytes delivered into device memory by GPU reads, by transport (rdma, http).",
 	}, []string{"transport"})
@@ -355,7 +367,7 @@ func New(memoryInUse, cachedBytes func() float64) *Set {
 		s.SkippedKeys, s.OpenHandles, s.ReadRetries, s.ChangedReads,
 		s.WriteBytes, s.UploadsInFlight, s.UploadPartRetries, s.UploadsDone,
 		s.ReadStreams, s.ReadStreamEnds, s.BlocksKept,
-		s.SpliceBytes, s.SpliceEnds, s.SpliceStreamGets, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead, s.SpliceReorderWaits,
+		s.SpliceBytes, s.SpliceEnds, s.SpliceStreamGets, s.SpliceCopied, s.SpliceSmallBuffers, s.SpliceSocketWaits, s.SpliceAhead, s.SpliceReorderWaits, s.SpliceAsideReads, s.SpliceSkippedBytes,
 		s.FuseRequests[0], s.FuseRequests[1], s.FuseRequests[2], s.FuseInterrupts[0], s.FuseInterrupts[1], s.FuseWokenBesidePollers,
 		s.FuseReadReplies, s.FuseReadReplySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -28,34 +28,19 @@ func (b *blockReader) read(ctx context.Context, off int64, n int, cached bool) (
 	}
 	end := min(off+int64(n), size)
 	sequential := b.ahead.plan(off, end)
-	bs := int64(h.f.cfg.BlockSize)
-	var views [][]byte
-	var held []*cache.Block
+	views, held, err := h.blockViews(ctx, off, end)
+	if err != nil {
+		return Reply{}, err
+	}
 	release := func() {
 		for _, b := range held {
 			b.Release()
 		}
 	}
-	for pos := off; pos < end; {
-		idx := pos / bs
-		blk, err := h.f.fetch.get(ctx, h.obj, idx)
-		if err != nil {
-			release()
-			return Reply{}, err
-		}
-		held = append(held, blk)
-		lo, hi := pos-idx*bs, min(end-idx*bs, bs)
-		if hi > int64(len(blk.Data)) {
-			release()
-			return Reply{}, fmt.Errorf("block %d of %s/%s holds %d bytes, want %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), hi)
-		}
-		views = append(views, blk.Data[lo:hi])
-		pos += hi - lo
-	}
 	if sequential {
 		b.keepForTrailers(off, end, held)
 	}
-	if sequential && end%bs != 0 && end < size {
+	if bs := int64(h.f.cfg.BlockSize); sequential && end%bs != 0 && end < size {
 		// A sequential reader stopped inside this block (its buffer is not
 		// aligned, or its reads are not): the rest of the block is what it
 		// reads next, so keep it as fetched ahead even if the cache would
@@ -64,6 +49,33 @@ func (b *blockReader) read(ctx context.Context, off int64, n int, cached bool) (
 	}
 	h.f.m.PosixReadBytes.Add(float64(end - off))
 	return Reply{Views: views, Release: release}, nil
+}
+
+// blockViews returns the cached blocks' bytes covering [off, end), each
+// block held for the caller, fetching those nobody has.
+func (h *Handle) blockViews(ctx context.Context, off, end int64) (views [][]byte, held []*cache.Block, err error) {
+	bs := int64(h.f.cfg.BlockSize)
+	for pos := off; pos < end; {
+		idx := pos / bs
+		blk, err := h.f.fetch.get(ctx, h.obj, idx)
+		if err != nil {
+			for _, b := range held {
+				b.Release()
+			}
+			return nil, nil, err
+		}
+		held = append(held, blk)
+		lo, hi := pos-idx*bs, min(end-idx*bs, bs)
+		if hi > int64(len(blk.Data)) {
+			for _, b := range held {
+				b.Release()
+			}
+			return nil, nil, fmt.Errorf("block %d of %s/%s holds %d bytes, want %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), hi)
+		}
+		views = append(views, blk.Data[lo:hi])
+		pos += hi - lo
+	}
+	return views, held, nil
 }
 
 // close ends the handle's stream once what it claimed is in.

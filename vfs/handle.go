@@ -150,6 +150,7 @@ func (h *Handle) Close() {
 	if h.closed.Swap(true) {
 		return // closed already
 	}
+	h.st.closing(h)
 	for _, r := range h.readers {
 		r.close()
 	}
@@ -198,6 +199,11 @@ type place struct {
 	// spliced GET (valid while handedOver), for their first read.
 	handOver   int64
 	handedOver bool
+	// closing: the handle is being closed, and counts as reading no more
+	// (a loader that reads a file's header, closes it and maps it: the
+	// mapping's read at 0 may come before the close has ended the first
+	// open's spliced GET).
+	closing bool
 	// streak and nextOff are where the handle's blocks read: a sequential
 	// reader reads at nextOff next (prefetcher.plan publishes them).
 	streak  bool
@@ -288,11 +294,21 @@ func (st *readState) tryStreams(h *Handle) bool {
 	return true
 }
 
-// othersRead reports whether a handle of the version other than h reads
-// through blocks or spliced GETs. Called with mu held.
+// closing notes that h is being closed: it no longer keeps the others
+// from splicing.
+func (st *readState) closing(h *Handle) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if p := st.places[h]; p != nil {
+		p.closing = true
+	}
+}
+
+// othersRead reports whether a handle of the version other than h, not
+// being closed, reads through blocks or spliced GETs. Called with mu held.
 func (st *readState) othersRead(h *Handle) bool {
 	for o, op := range st.places {
-		if o != h && (op.reading || op.holder == heldBySplice || op.streams) {
+		if o != h && !op.closing && (op.reading || op.holder == heldBySplice || op.streams) {
 			return true
 		}
 	}

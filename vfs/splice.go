@@ -153,9 +153,18 @@ type splicer struct {
 	opening   atomic.Bool
 	first     chan struct{}
 	firstOnce sync.Once
-	// mu guards streams, the stream feeds under way (Config.SpliceStreams).
+	// mu guards streams, the stream feeds under way (Config.SpliceStreams),
+	// and the reads aside.
 	mu      sync.Mutex
 	streams []*spliceFeed
+	// The reads aside (readAside): the run of them that continue one
+	// another, [asideFrom, asideTo); how many came since the whole-object
+	// GET stood at asideAt; and where each recent one ended, by where it
+	// started (asideEnds), for the GET to step over once its reader passes
+	// them.
+	asideFrom, asideTo, asideAt int64
+	asideReads                  int
+	asideEnds                   map[int64]int64
 	// fit is the range of the handle's next stream feed: streamRange at
 	// first, then what the last stream left early had served (a loader's
 	// chunk), doubled (up to streamRange) when a stream reads on past
@@ -180,10 +189,31 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		// or for the page cache's reads (its readahead out of order), it
 		// ends there.
 		if !streams || cached || feed.next.Load() == off {
+			var skip int64
 			if cached {
-				feed.awaitReader(ctx, off, s.reorderReach(n), h.f.cfg.ReadTimeout, h.f.m.SpliceReorderWaits)
+				reach, next := s.reorderReach(n), feed.next.Load()
+				switch {
+				case off < next || off-next > reach:
+					if rep, aside, err := s.readAside(ctx, feed, off, n, reach); aside {
+						return rep, err
+					}
+				case off > next:
+					if !s.passedAside(next, off) {
+						feed.awaitReader(ctx, off, reach, h.f.cfg.ReadTimeout, h.f.m.SpliceReorderWaits)
+					}
+					skip = reach
+					rep, err := s.serve(ctx, feed, off, n, skip)
+					if err != errBehind {
+						return rep, err
+					}
+					// A read after it stepped over it first: it is behind now.
+					if rep, aside, err := s.readAside(ctx, feed, off, n, reach); aside {
+						return rep, err
+					}
+					skip = 0
+				}
 			}
-			return s.serve(ctx, feed, off, n)
+			return s.serve(ctx, feed, off, n, skip)
 		}
 	} else if off == 0 && n > 0 && size > 0 && h.st.trySplice(h) {
 		s.opening.Store(true)
@@ -197,13 +227,13 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		// close will find the feed set here.
 		s.feed.Store(feed)
 		s.opened()
-		return s.serve(ctx, feed, off, n)
+		return s.serve(ctx, feed, off, n, 0)
 	} else if cached && off > 0 && off <= s.reorderReach(n) && s.awaitFirst(h) {
 		// A read the kernel sent with the first: the feed serves it in
 		// its turn.
 		if feed := s.feed.Load(); feed != nil {
 			feed.awaitReader(ctx, off, s.reorderReach(n), h.f.cfg.ReadTimeout, h.f.m.SpliceReorderWaits)
-			return s.serve(ctx, feed, off, n)
+			return s.serve(ctx, feed, off, n, 0)
 		}
 	}
 	// The page cache's reads come in the kernel's order, not a stream's.
@@ -217,7 +247,7 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 		if feed == nil {
 			break
 		}
-		if rep, err := s.serve(ctx, feed, off, n); err != errFeedEnded {
+		if rep, err := s.serve(ctx, feed, off, n, 0); err != errFeedEnded {
 			return rep, err
 		}
 	}
@@ -254,14 +284,92 @@ func (s *splicer) awaitFirst(h *Handle) bool {
 	}
 }
 
+// maxAsideReads bounds the reads aside that may come while the
+// whole-object GET stands still: past it the reader has gone elsewhere.
+const maxAsideReads = 4096
+
+// readAside serves a page-cache read of n bytes at off, elsewhere than the
+// whole-object GET stands (behind it, or more than reach ahead), from the
+// blocks, and leaves the GET for its reader to come back to: a mapping's
+// reader that touches each tensor's first page before it reads them in
+// order (safetensors' load_file onto the CPU) comes back. It reports
+// false, and serves nothing, where the reader has gone elsewhere instead:
+// its reads aside continue one another past reach (a reader in order
+// there), or more than maxAsideReads came while the GET stood still.
+func (s *splicer) readAside(ctx context.Context, feed *spliceFeed, off int64, n int, reach int64) (rep Reply, aside bool, err error) {
+	h := s.h
+	end := min(off+int64(n), h.obj.version.Size)
+	if off >= end {
+		return Reply{}, false, nil
+	}
+	s.mu.Lock()
+	if next := feed.next.Load(); next != s.asideAt {
+		s.asideReads, s.asideAt = 0, next
+	}
+	if off != s.asideTo {
+		s.asideFrom = off
+	}
+	s.asideTo = end
+	s.asideReads++
+	elsewhere := s.asideTo-s.asideFrom > reach || s.asideReads > maxAsideReads
+	if !elsewhere {
+		if len(s.asideEnds) >= maxAsideReads {
+			clear(s.asideEnds)
+		}
+		if s.asideEnds == nil {
+			s.asideEnds = make(map[int64]int64)
+		}
+		s.asideEnds[off] = end
+	}
+	s.mu.Unlock()
+	if elsewhere {
+		return Reply{}, false, nil
+	}
+	// One GET for the blocks the read spans that nobody has.
+	bs := int64(h.f.cfg.BlockSize)
+	h.f.fetch.prefetch(h.obj, off/bs, (end+bs-1)/bs)
+	views, held, err := h.blockViews(ctx, off, end)
+	if err != nil {
+		return Reply{}, true, err
+	}
+	h.f.m.SpliceAsideReads.Inc()
+	h.f.m.PosixReadBytes.Add(float64(end - off))
+	return Reply{Views: views, Release: func() {
+		for _, b := range held {
+			b.Release()
+		}
+	}}, true, nil
+}
+
+// passedAside says whether reads aside served all of [from, to): the
+// page cache holds it, and the reader at to will not ask for it.
+func (s *splicer) passedAside(from, to int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for from < to {
+		end, ok := s.asideEnds[from]
+		if !ok || end <= from {
+			return false
+		}
+		from = end
+	}
+	return true
+}
+
+// errBehind is serve's answer for a page-cache read that came ahead of
+// the feed and found it past when it got its turn: a read after it stepped
+// over it first.
+var errBehind = errors.New("vfs: the whole-object GET passed the read")
+
 // errFeedEnded is serve's answer for a stream feed that had ended when the
 // read got its turn.
 var errFeedEnded = errors.New("vfs: the stream feed ended")
 
-// serve serves [off, off+n) from feed, the GET whose reader reads at off;
+// serve serves [off, off+n) from feed, the GET whose reader reads at off,
+// or up to skip bytes short of it (the GET passes over them unread);
 // errFallBack (errFeedEnded for a stream feed that had ended) where the
 // blocks are to.
-func (s *splicer) serve(ctx context.Context, feed *spliceFeed, off int64, n int) (Reply, error) {
+func (s *splicer) serve(ctx context.Context, feed *spliceFeed, off int64, n int, skip int64) (Reply, error) {
 	h := s.h
 	size := h.obj.version.Size
 	// Wait for the reply before: the kernel may send the next request
@@ -292,6 +400,22 @@ func (s *splicer) serve(ctx context.Context, feed *spliceFeed, off int64, n int)
 	// delivered (its request was interrupted), and the reader asks for
 	// them again: ordinary reads serve from there.
 	inPipe, err := unix.IoctlGetInt(feed.pr, unix.TIOCINQ)
+	if skip > 0 && off < feed.readerAt() {
+		s.give(feed)
+		return Reply{}, errBehind
+	}
+	if gap := off - feed.readerAt(); err == nil && inPipe == feed.inPipe && gap > 0 && gap <= skip && off < feed.end {
+		// The reader stepped over pages the page cache has: pass them.
+		if err := feed.discard(gap); err != nil {
+			feed.rewind(off)
+			h.spliceFailed(feed, err)
+			s.give(feed)
+			return Reply{}, errFallBack
+		}
+		h.f.m.SpliceSkippedBytes.Add(float64(gap))
+		feed.served(off)
+		inPipe = feed.inPipe
+	}
 	if err != nil || inPipe != feed.inPipe || off != feed.readerAt() || off >= size || off+int64(min(int64(n), size-off)) > feed.end {
 		if err == nil && inPipe != feed.inPipe {
 			err = fmt.Errorf("%d bytes in the pipe, %d put there", inPipe, feed.inPipe)
@@ -671,6 +795,30 @@ func (feed *spliceFeed) copyOut(want int) ([]byte, error) {
 	}
 	feed.pos += int64(want - fromPipe)
 	return data, nil
+}
+
+// discard passes over the feed's next k bytes: those in the pipe, then
+// the socket's.
+func (feed *spliceFeed) discard(k int64) error {
+	scratch := make([]byte, min(k, 256<<10))
+	for k > 0 {
+		c := int(min(k, int64(len(scratch))))
+		if feed.inPipe > 0 {
+			m, err := unix.Read(feed.pr, scratch[:min(c, feed.inPipe)])
+			if err != nil || m == 0 {
+				return fmt.Errorf("read from the pipe, %d bytes short of the reader: %v", k, err)
+			}
+			feed.inPipe -= m
+			k -= int64(m)
+			continue
+		}
+		if err := feed.body.ReadFull(scratch[:c]); err != nil {
+			return err
+		}
+		feed.pos += int64(c)
+		k -= int64(c)
+	}
+	return nil
 }
 
 // replyPipeSize is the capacity of the pipe a reply of n bytes waits in:

@@ -317,34 +317,145 @@ func TestStreamFeedCutMidBodyFallsBackToBlocks(t *testing.T) {
 	}
 }
 
-// The page cache's reads are no stream's: with stream feeds on, one
-// elsewhere than where the whole-object GET stands ends that GET, as
-// without them, and the blocks serve it, right.
-func TestPageCacheReadElsewhereEndsTheWholeObjectGET(t *testing.T) {
-	const size = 16 << 20
+// A page-cache read a little ahead of the whole-object GET (the reader
+// stepped over pages the page cache has) waits, in case the reads before it
+// were sent with it; when they do not come, the GET passes over them and
+// serves it, and goes on to the end of the object.
+func TestPageCacheReadAheadPassesWhatTheReaderSteppedOver(t *testing.T) {
+	const size, step = 16 << 20, 1 << 20
 	data, f, h := splicedObject(t, size, 18, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
-	// The read at 5 MiB waits, in case the reads before it were sent
-	// with it, and ends the GET when they do not come.
-	for _, off := range []int64{0, 1 << 20, 5 << 20} {
-		r, err := h.ReadPageCache(context.Background(), off, 1<<20)
-		if err != nil {
-			t.Fatalf("read at %d: %v", off, err)
-		}
-		b, err := replyBytes(r)
-		if err != nil || !bytes.Equal(b, data[off:off+1<<20]) {
-			t.Fatalf("read at %d: %v, or not the object's bytes", off, err)
+	read := pageCacheReads(h, data, step)
+	offs := []int64{0, step}
+	for off := int64(5 * step); off < size; off += step {
+		offs = append(offs, off)
+	}
+	for _, off := range offs {
+		if err := read(off); err != nil {
+			t.Fatal(err)
 		}
 	}
-	snap, err := f.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
+	snap := metricsSnapshot(t, f)
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1]" {
+		t.Errorf("splice ends %s, want the whole-object GET read to its end", ends)
 	}
-	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
-		t.Errorf("splice ends %s, want the whole-object GET left at the read elsewhere", ends)
+	if skipped := snap["splice_skipped_bytes_total"].(float64); skipped != 3*step {
+		t.Errorf("%v bytes skipped, want the 3 MiB stepped over", skipped)
 	}
 	if gets := snap["splice_stream_gets_total"].(float64); gets != 0 {
 		t.Errorf("%v stream GETs for the page cache's reads", gets)
 	}
+}
+
+// A mapping's reader that touches each tensor's first page before it
+// reads them in order (safetensors' load_file onto the CPU, then a copy of
+// each tensor): the touches, far from the whole-object GET, are served
+// aside by the blocks, and the GET, waiting, serves the reads in order,
+// stepping over the pages the touches brought in without waiting for
+// them: one GET to the end, every byte right.
+func TestPageCacheReadsAsideKeepTheWholeObjectGET(t *testing.T) {
+	const size, step = 32 << 20, 1 << 20
+	data, f, h := splicedObject(t, size, 25, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	read := pageCacheReads(h, data, step)
+	touched := map[int64]bool{8 * step: true, 16 * step: true, 24 * step: true}
+	if err := read(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{8 * step, 16 * step, 24 * step} {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for off := int64(step); off < size; off += step {
+		if !touched[off] {
+			if err := read(off); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	snap := metricsSnapshot(t, f)
+	wantOneSplicedGET(t, f, size-3*step)
+	if aside := snap["splice_aside_reads_total"].(float64); aside != 3 {
+		t.Errorf("%v reads aside, want the 3 touches", aside)
+	}
+	if skipped := snap["splice_skipped_bytes_total"].(float64); skipped != 3*step {
+		t.Errorf("%v bytes skipped, want the 3 MiB the touches read", skipped)
+	}
+	if waits := snap["splice_reorder_waits_total"].(float64); waits != 0 {
+		t.Errorf("%v reads waited for their turn: the GET knew the touches' pages and passed them at once", waits)
+	}
+}
+
+// A reader that goes on in order elsewhere than the whole-object GET
+// stands is no longer its reader: past the reach of the kernel's requests,
+// the GET ends there and the blocks, which fetch ahead, serve it, right.
+func TestPageCacheReadsInOrderElsewhereEndTheWholeObjectGET(t *testing.T) {
+	const size, step = 32 << 20, 1 << 20
+	data, f, h := splicedObject(t, size, 26, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	read := pageCacheReads(h, data, step)
+	for _, off := range []int64{0, step} {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for off := int64(16 * step); off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := metricsSnapshot(t, f)
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[left:1]" {
+		t.Errorf("splice ends %s, want the whole-object GET left for the reader elsewhere", ends)
+	}
+	// Four reads of 1 MiB reach as far as the kernel's requests may: the
+	// fifth in the run ends the GET.
+	if aside := snap["splice_aside_reads_total"].(float64); aside != 4 {
+		t.Errorf("%v reads aside, want 4", aside)
+	}
+}
+
+// A loader reads a file's header, closes it and maps it: the mapping's
+// read at 0 may come while the first open is still being closed, its
+// spliced GET not yet ended. The open being closed does not keep the
+// mapping from a whole-object GET of its own.
+func TestAHandleBeingClosedLetsTheNextOpenSplice(t *testing.T) {
+	const size, step = 8 << 20, 1 << 20
+	data, f, first := splicedObject(t, size, 27, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	if err := pageCacheReads(first, data, step)(0); err != nil {
+		t.Fatal(err)
+	}
+	first.st.closing(first) // as Close does before it ends the GET
+	second := openSpliced(t, f, "obj")
+	r, err := second.ReadPageCache(context.Background(), 0, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pipe == nil {
+		t.Fatal("the second open's read at 0 was not spliced")
+	}
+	if b, err := replyBytes(r); err != nil || !bytes.Equal(b, data[:step]) {
+		t.Fatalf("read at 0: %v, or not the object's bytes", err)
+	}
+	first.Close()
+	read := pageCacheReads(second, data, step)
+	for off := int64(step); off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := metricsSnapshot(t, f)
+	if ends := fmt.Sprint(snap["splice_ends_total"]); ends != "map[done:1 left:1]" {
+		t.Errorf("splice ends %s, want the first open's left and the second's read to its end", ends)
+	}
+}
+
+// metricsSnapshot is f's counters now.
+func metricsSnapshot(t *testing.T, f *FS) map[string]any {
+	t.Helper()
+	snap, err := f.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
 
 // pageCacheReads returns a checked page-cache read of step bytes at off

@@ -448,6 +448,37 @@ func TestAHandleBeingClosedLetsTheNextOpenSplice(t *testing.T) {
 	}
 }
 
+// A page-cache read behind the whole-object GET (pages the kernel dropped
+// and asks for again, or a read that came ahead and was passed while it
+// waited for its turn) is read aside; the GET goes on for its reader.
+func TestPageCacheReadBehindTheWholeObjectGETIsReadAside(t *testing.T) {
+	const size, step = 8 << 20, 1 << 20
+	data, f, h := splicedObject(t, size, 28, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	read := pageCacheReads(h, data, step)
+	for off := int64(0); off < 3*step; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A read that came ahead and got its turn once the GET had passed it.
+	feed := h.spliced.feed.Load()
+	if _, err := h.spliced.serve(context.Background(), feed, step, step, 4*step); err != errBehind {
+		t.Fatalf("serve of a read the GET passed: %v, want errBehind", err)
+	}
+	if err := read(step); err != nil { // behind: read aside
+		t.Fatal(err)
+	}
+	for off := int64(3 * step); off < size; off += step {
+		if err := read(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantOneSplicedGET(t, f, size)
+	if aside := metricsSnapshot(t, f)["splice_aside_reads_total"].(float64); aside != 1 {
+		t.Errorf("%v reads aside, want the one behind", aside)
+	}
+}
+
 // metricsSnapshot is f's counters now.
 func metricsSnapshot(t *testing.T, f *FS) map[string]any {
 	t.Helper()

@@ -295,7 +295,8 @@ const maxAsideReads = 4096
 // order (safetensors' load_file onto the CPU) comes back. It reports
 // false, and serves nothing, where the reader has gone elsewhere instead:
 // its reads aside continue one another past reach (a reader in order
-// there), or more than maxAsideReads came while the GET stood still.
+// there, forward or backward), or more than maxAsideReads came while the
+// GET stood still.
 func (s *splicer) readAside(ctx context.Context, feed *spliceFeed, off int64, n int, reach int64) (rep Reply, aside bool, err error) {
 	h := s.h
 	end := min(off+int64(n), h.obj.version.Size)
@@ -306,10 +307,14 @@ func (s *splicer) readAside(ctx context.Context, feed *spliceFeed, off int64, n 
 	if next := feed.next.Load(); next != s.asideAt {
 		s.asideReads, s.asideAt = 0, next
 	}
-	if off != s.asideTo {
+	switch run := s.asideTo > s.asideFrom; {
+	case run && off == s.asideTo: // on in order
+		s.asideTo = end
+	case run && end == s.asideFrom: // on backward (the blocks feed such a reader too)
 		s.asideFrom = off
+	default:
+		s.asideFrom, s.asideTo = off, end
 	}
-	s.asideTo = end
 	s.asideReads++
 	elsewhere := s.asideTo-s.asideFrom > reach || s.asideReads > maxAsideReads
 	if !elsewhere {

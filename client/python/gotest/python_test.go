@@ -98,6 +98,9 @@ func TestPythonClientOnMount(t *testing.T) {
 	wcfg := mounttest.Config(t, srv, writeBucket, writeMP)
 	wcfg.Core.Writes.Allow = true
 	wcfg.Core.Writes.PartSize = 5 << 20 // checkpoints of a few parts
+	// Spliced whole-object GETs, as a mount's default: checkpoints are read
+	// back through mappings as loaders read them.
+	wcfg.Splice = "auto"
 	// The GPU write ioctl with host buffers standing in for device memory,
 	// through staging of a few small slots as the read mount's.
 	wcfg.GPU.Mode = "host-standin"

@@ -58,6 +58,34 @@ def test_safetensors_save_file(write_mount, written):
     written.record(path)
 
 
+def test_load_file_onto_the_cpu_reads_the_file_in_one_get(write_mount, written):
+    # load_file onto the CPU touches each tensor's first page, then copying
+    # the tensors reads them in order: the touches are read aside and one
+    # whole-object GET feeds the copies to the end (docs/metrics.md,
+    # s3gdsfs_splice_aside_reads_total). 96 MiB: over --direct-io-min-size,
+    # so the open is direct I/O and its mapping's reads are spliced.
+    import s3gds
+
+    g = torch.Generator().manual_seed(6)
+    t = {f"layer{i}.weight": torch.randn(3 << 20, generator=g) for i in range(8)}
+    path = os.path.join(write_mount, "st", "cpu.safetensors")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    st.save_file(t, path)
+    # What writing left in the page cache goes, so the mapping's reads reach the daemon.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    done = lambda: (s3gds.stats(write_mount).get("splice_ends_total") or {}).get("done", 0)
+    before = done()
+    got = {k: v.clone() for k, v in st.load_file(path).items()}
+    for name, v in t.items():
+        assert torch.equal(got[name], v), name
+    assert done() - before == 1, s3gds.stats(write_mount)
+    written.record(path)
+
+
 def test_distributed_checkpoint_file_system_writer(write_mount, written):
     import torch.distributed.checkpoint as dcp
 

@@ -353,8 +353,16 @@ func TestPageCacheReadAheadPassesWhatTheReaderSteppedOver(t *testing.T) {
 // stepping over the pages the touches brought in without waiting for
 // them: one GET to the end, every byte right.
 func TestPageCacheReadsAsideKeepTheWholeObjectGET(t *testing.T) {
+	// SpliceAhead: the next reply's bytes wait in the spare pipe when the
+	// GET steps over pages.
+	for _, ahead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SpliceAhead=%v", ahead), func(t *testing.T) { readsAsideKeepTheGET(t, ahead) })
+	}
+}
+
+func readsAsideKeepTheGET(t *testing.T, spliceAhead bool) {
 	const size, step = 32 << 20, 1 << 20
-	data, f, h := splicedObject(t, size, 25, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways})
+	data, f, h := splicedObject(t, size, 25, Config{Splice: true, SpliceStreams: true, DirectIO: DirectIOAlways, SpliceAhead: spliceAhead})
 	read := pageCacheReads(h, data, step)
 	touched := map[int64]bool{8 * step: true, 16 * step: true, 24 * step: true}
 	if err := read(0); err != nil {

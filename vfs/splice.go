@@ -139,10 +139,11 @@ const (
 // nothing, while no other handle of the version reads
 // (readState.tryStreams), with a ranged GET of its own (a stream feed):
 // many threads' preads of one file, each a run of reads in order, are
-// served as one reader's whole-object GET is. Any other read, and every
-// read of a stream once its GET has ended early, falls back to the
-// blocks; the whole-object GET hands them the handle's place
-// (readState.spliceEnded).
+// served as one reader's whole-object GET is. A page-cache read elsewhere
+// than the whole-object GET stands is read aside from the blocks while the
+// GET waits for its reader (readAside). Any other read, and every read of
+// a stream once its GET has ended early, falls back to the blocks; the
+// whole-object GET hands them the handle's place (readState.spliceEnded).
 type splicer struct {
 	h    *Handle
 	feed atomic.Pointer[spliceFeed] // the whole-object GET; nil before and after it
@@ -185,9 +186,11 @@ func (s *splicer) read(ctx context.Context, off int64, n int, cached bool) (Repl
 	streams := h.f.cfg.SpliceStreams
 	if feed := s.feed.Load(); feed != nil {
 		// With stream feeds a direct read elsewhere is another stream's,
-		// and the whole-object GET waits for its own reader; without them,
-		// or for the page cache's reads (its readahead out of order), it
-		// ends there.
+		// and the whole-object GET waits for its own reader; without them
+		// it ends there. A page-cache read a little ahead waits for its
+		// turn (the kernel's readahead comes out of order) or steps over
+		// what its reader passed; one elsewhere is read aside while the
+		// GET waits for its reader, unless that reader went elsewhere.
 		if !streams || cached || feed.next.Load() == off {
 			var skip int64
 			if cached {

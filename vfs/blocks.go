@@ -32,11 +32,7 @@ func (b *blockReader) read(ctx context.Context, off int64, n int, cached bool) (
 	if err != nil {
 		return Reply{}, err
 	}
-	release := func() {
-		for _, b := range held {
-			b.Release()
-		}
-	}
+	release := func() { releaseBlocks(held) }
 	if sequential {
 		b.keepForTrailers(off, end, held)
 	}
@@ -59,23 +55,26 @@ func (h *Handle) blockViews(ctx context.Context, off, end int64) (views [][]byte
 		idx := pos / bs
 		blk, err := h.f.fetch.get(ctx, h.obj, idx)
 		if err != nil {
-			for _, b := range held {
-				b.Release()
-			}
+			releaseBlocks(held)
 			return nil, nil, err
 		}
 		held = append(held, blk)
 		lo, hi := pos-idx*bs, min(end-idx*bs, bs)
 		if hi > int64(len(blk.Data)) {
-			for _, b := range held {
-				b.Release()
-			}
+			releaseBlocks(held)
 			return nil, nil, fmt.Errorf("block %d of %s/%s holds %d bytes, want %d", idx, h.obj.bucket, h.obj.key, len(blk.Data), hi)
 		}
 		views = append(views, blk.Data[lo:hi])
 		pos += hi - lo
 	}
 	return views, held, nil
+}
+
+// releaseBlocks gives back the references blockViews took.
+func releaseBlocks(held []*cache.Block) {
+	for _, b := range held {
+		b.Release()
+	}
 }
 
 // close ends the handle's stream once what it claimed is in.

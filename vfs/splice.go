@@ -342,11 +342,7 @@ func (s *splicer) readAside(ctx context.Context, feed *spliceFeed, off int64, n 
 	}
 	h.f.m.SpliceAsideReads.Inc()
 	h.f.m.PosixReadBytes.Add(float64(end - off))
-	return Reply{Views: views, Release: func() {
-		for _, b := range held {
-			b.Release()
-		}
-	}}, true, nil
+	return Reply{Views: views, Release: func() { releaseBlocks(held) }}, true, nil
 }
 
 // passedAside says whether reads aside served all of [from, to): the
